@@ -1,0 +1,258 @@
+"""The draft-length controller: when does speculation pay, and how far to draft.
+
+Cost model (DESIGN.md point 6).  With per-token acceptance ``a`` a round with
+draft length K emits on average E(K) = (1 - a^(K+1)) / (1 - a) tokens and costs
+K * draft_cost + verify_cost(K + 1) + overhead.  The controller picks the K
+(0 = plain decoding) with the best expected tokens per second.  Verify costs per
+batch size start from a calibration (see :mod:`specchat.engine.calibration`)
+and follow the measured rounds.
+
+Guard rails on top, from practice: token acceptance below 50% or sequence
+acceptance below 60% over a window falls back to plain decoding for a while;
+falling back on more than 15% of rounds raises a warning.  All are settings.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .events import Fallback, RoundStats
+from .settings import ControllerSettings, Mode
+
+EMA = 0.2  # weight of a new cost measurement
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    drafter: str  # "none", "model" or "lookup"
+    k: int
+    fallback: bool = False  # plain because a guard rail tripped
+    probe: bool = False  # an exploration round
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Expected tokens emitted by a round with draft length k at per-token acceptance a."""
+    if k <= 0:
+        return 1.0
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+class CostModel:
+    """Measured seconds for a target decode of n tokens, and a drafter's cost per token."""
+
+    def __init__(self, verify_s: dict[int, float] | None = None, draft_s: dict[str, float] | None = None):
+        self.verify_s: dict[int, float] = dict(verify_s or {})
+        self.draft_s: dict[str, float] = dict(draft_s or {})
+        self.overhead_s = 0.0
+
+    def verify(self, n: int) -> float:
+        """Cost of one target decode of n tokens; linear fit between measured sizes."""
+        if n in self.verify_s:
+            return self.verify_s[n]
+        known = sorted(self.verify_s)
+        if not known:
+            return 1.0 * n  # no data: assume linear, which never favours speculation
+        if len(known) == 1:
+            return self.verify_s[known[0]] * n / known[0]
+        lo = max((k for k in known if k < n), default=known[0])
+        hi = min((k for k in known if k > n), default=known[-1])
+        if lo == hi:
+            lo, hi = known[-2], known[-1]
+        slope = (self.verify_s[hi] - self.verify_s[lo]) / (hi - lo)
+        return max(self.verify_s[lo] + slope * (n - lo), 1e-6)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        old = self.verify_s.get(n)
+        self.verify_s[n] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+
+    def observe_draft(self, drafter: str, seconds_per_token: float) -> None:
+        old = self.draft_s.get(drafter)
+        self.draft_s[drafter] = seconds_per_token if old is None else (1 - EMA) * old + EMA * seconds_per_token
+
+    def observe_overhead(self, seconds: float) -> None:
+        self.overhead_s = (1 - EMA) * self.overhead_s + EMA * seconds
+
+    def rate(self, drafter: str, k: int, a: float) -> float:
+        """Expected tokens per second of a round."""
+        cost = self.verify(k + 1) + self.overhead_s
+        if k > 0:
+            cost += k * self.draft_s.get(drafter, 0.0)
+        return expected_tokens(a, k) / cost
+
+    def best_k(self, drafter: str, a: float, k_lo: int, k_hi: int) -> tuple[int, float]:
+        best = (k_lo, self.rate(drafter, k_lo, a))
+        for k in range(k_lo + 1, k_hi + 1):
+            r = self.rate(drafter, k, a)
+            if r > best[1]:
+                best = (k, r)
+        return best
+
+
+class AcceptanceWindow:
+    """Per-drafter acceptance over the last rounds that had a draft."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds: deque[tuple[int, int]] = deque(maxlen=rounds)  # (drafted, accepted)
+
+    def add(self, drafted: int, accepted: int) -> None:
+        self.rounds.append((drafted, accepted))
+
+    def token_acceptance(self) -> float | None:
+        drafted = sum(d for d, _ in self.rounds)
+        return sum(a for _, a in self.rounds) / drafted if drafted else None
+
+    def sequence_acceptance(self) -> float | None:
+        if not self.rounds:
+            return None
+        return sum(1 for d, a in self.rounds if a == d) / len(self.rounds)
+
+    def per_token_rate(self, prior: float = 0.6, weight: float = 2.0) -> float:
+        """Estimate of the chance that the next drafted token is accepted.
+
+        Rounds stop at the first rejection, so accepted / (accepted + rejections)
+        is the right estimate; a weak prior keeps it sane with little data.
+        """
+        accepted = sum(a for _, a in self.rounds)
+        rejections = sum(1 for d, a in self.rounds if a < d)
+        return (accepted + prior * weight) / (accepted + rejections + weight)
+
+    def full(self) -> bool:
+        return len(self.rounds) == self.rounds.maxlen
+
+    def clear(self) -> None:
+        self.rounds.clear()
+
+
+class DraftController:
+    """Chooses the drafter and K for each round and applies the guard rails.
+
+    One controller lives as long as a loaded pair, so what it learned about the
+    machine (costs) carries over from answer to answer; acceptance is windowed.
+    """
+
+    def __init__(self, settings: ControllerSettings, costs: CostModel) -> None:
+        self.settings = settings
+        self.costs = costs
+        self.windows = {
+            name: AcceptanceWindow(settings.window_rounds) for name in ("model", "lookup")
+        }
+        self._cooldown: dict[str, int] = {}  # drafter -> plain tokens left
+        self._since_probe: dict[str, int] = {"model": 0, "lookup": 0}
+        self.rounds = 0
+        self.fallback_rounds = 0
+        self._warned = False
+
+    # -- planning ---------------------------------------------------------------
+
+    def viable(self, drafter: str) -> bool:
+        """Could this drafter beat plain decoding here even if every token were accepted?"""
+        plain = self.costs.rate("none", 0, 0.0)
+        _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
+        return best > plain * self.settings.min_gain
+
+    def best_case_multiplier(self, drafter: str) -> float:
+        plain = self.costs.rate("none", 0, 0.0)
+        _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
+        return best / plain
+
+    def plan(self, mode: Mode, available: dict[str, int]) -> Plan:
+        """Pick the next round.  ``available`` maps a usable drafter to its K ceiling."""
+        s = self.settings
+        if mode is Mode.BASELINE or not available:
+            return Plan("none", 0)
+        if mode is not Mode.AUTO:
+            name = "model" if mode is Mode.DRAFT else "lookup"
+            if name not in available:
+                return Plan("none", 0)
+            if self._cooldown.get(name, 0) > 0:
+                return Plan("none", 0, fallback=True)
+            a = self.windows[name].per_token_rate()
+            k_hi = min(s.k_max, available[name])
+            k, _ = self.costs.best_k(name, a, min(s.k_min, k_hi), k_hi)
+            return Plan(name, k)
+        # auto: every usable drafter and K = 0 compete on expected speed
+        best = Plan("none", 0)
+        best_rate = self.costs.rate("none", 0, 0.0) * s.min_gain
+        probe: Plan | None = None
+        for name, ceiling in available.items():
+            k_hi = min(s.k_max, ceiling)
+            if k_hi < 1 or not self.viable(name):
+                continue
+            if self._cooldown.get(name, 0) > 0:
+                continue
+            k, rate = self.costs.best_k(name, self.windows[name].per_token_rate(), 1, k_hi)
+            if rate > best_rate:
+                best, best_rate = Plan(name, k), rate
+            elif self._since_probe[name] >= s.probe_interval_tokens:
+                probe = Plan(name, min(2, k_hi), probe=True)
+        if best.drafter == "none" and probe is not None:
+            return probe
+        return best
+
+    # -- learning ---------------------------------------------------------------
+
+    def observe(self, mode: Mode, plan: Plan, r: RoundStats) -> list[Fallback]:
+        """Learn from a finished round; return the fallback events it caused."""
+        s = self.settings
+        self.rounds += 1
+        self.costs.observe_verify(r.drafted + 1, r.verify_s)
+        self.costs.observe_overhead(r.overhead_s)
+        events: list[Fallback] = []
+        for name in self._since_probe:
+            if name == plan.drafter:
+                self._since_probe[name] = 0
+            else:
+                self._since_probe[name] += r.emitted
+        for name in list(self._cooldown):
+            self._cooldown[name] -= r.emitted
+            if self._cooldown[name] <= 0:
+                del self._cooldown[name]
+                self.windows[name].clear()
+        if plan.fallback:
+            self.fallback_rounds += 1
+        if r.drafted and plan.drafter in self.windows:
+            if plan.drafter == "model":
+                self.costs.observe_draft("model", r.draft_s / r.drafted)
+            else:
+                self.costs.observe_draft(plan.drafter, r.draft_s / max(r.drafted, 1))
+            w = self.windows[plan.drafter]
+            w.add(r.drafted, r.accepted)
+            if w.full():
+                ta, sa = w.token_acceptance(), w.sequence_acceptance()
+                reason = None
+                if ta is not None and ta < s.min_token_acceptance:
+                    reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
+                elif sa is not None and sa < s.min_sequence_acceptance:
+                    reason = f"sequence acceptance {sa:.0%} < {s.min_sequence_acceptance:.0%}"
+                if reason is not None:
+                    self._cooldown[plan.drafter] = s.cooldown_tokens
+                    events.append(
+                        Fallback(
+                            f"{plan.drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
+                            f"plain decoding for {s.cooldown_tokens} tokens"
+                        )
+                    )
+        if (
+            not self._warned
+            and self.rounds >= 2 * s.window_rounds
+            and self.fallback_rounds / self.rounds > s.fallback_warning_share
+        ):
+            self._warned = True
+            events.append(
+                Fallback(
+                    f"fell back to plain decoding on {self.fallback_rounds / self.rounds:.0%} of rounds "
+                    f"(> {s.fallback_warning_share:.0%}): try a shorter draft, another draft model, "
+                    "or turn speculation off for this chat",
+                    warning=True,
+                )
+            )
+        return events
+
+    def start_answer(self) -> None:
+        """Counters for the fallback-share warning are per answer."""
+        self.rounds = 0
+        self.fallback_rounds = 0
+        self._warned = False

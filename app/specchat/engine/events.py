@@ -1,0 +1,155 @@
+"""Frozen event objects yielded by the generation loop.
+
+The engine is a plain generator; these are the only things it hands to the
+outside world (CLI, bench, workers).  They are immutable so they can cross
+threads without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class TokenOrigin(str, Enum):
+    """Where an emitted token came from."""
+
+    DRAFT = "draft"  # proposed by a drafter and accepted by the target
+    TARGET = "target"  # sampled by the target (correction, bonus or plain step)
+
+
+class StopReason(str, Enum):
+    EOG = "eog"  # the model ended its turn
+    STOP_STRING = "stop_string"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Prefilled:
+    """The prompt is in the KV cache; decoding starts."""
+
+    prompt_tokens: int
+    reused_tokens: int  # prompt tokens whose KV was kept from the previous turn
+    seconds: float
+
+    @property
+    def tok_s(self) -> float:
+        new = self.prompt_tokens - self.reused_tokens
+        return new / self.seconds if self.seconds > 0 and new > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TokensEmitted:
+    """Tokens accepted this round, in order, with their text and origin."""
+
+    token_ids: tuple[int, ...]
+    origins: tuple[TokenOrigin, ...]
+    text: str  # the visible text these tokens completed (may be "" mid-UTF-8)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """One speculative round (or one plain step, with drafted == 0)."""
+
+    index: int
+    drafter: str  # "none", "model", "lookup"
+    k: int  # draft length asked for this round
+    drafted: int  # tokens the drafter actually proposed
+    accepted: int  # drafted tokens the target accepted
+    emitted: int  # tokens emitted this round (accepted + 1, or fewer at a stop)
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.draft_s + self.verify_s + self.overhead_s
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """The controller stopped speculating (for a while, or for good) and says why."""
+
+    reason: str
+    permanent: bool = False
+    warning: bool = False  # True when this is the "fallback too often" warning
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    stop_reason: StopReason
+    stats: GenerationStats
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Something went wrong; the models and their caches are still usable."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStats:
+    """Totals of one answer, with DESIGN.md's metric definitions."""
+
+    mode: str
+    prompt_tokens: int
+    tokens: int
+    prefill_s: float
+    decode_s: float  # wall time after the first emitted token
+    drafted: int
+    accepted: int
+    rounds: int
+    rounds_with_draft: int
+    rounds_fully_accepted: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    k_sum: int  # sum of K over rounds with a draft (for mean K)
+    fallback_rounds: int = 0
+    fallbacks: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def decode_tok_s(self) -> float:
+        # tokens emitted after the first / decode wall time
+        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return self.rounds_fully_accepted / self.rounds_with_draft if self.rounds_with_draft else None
+
+    @property
+    def mean_k(self) -> float:
+        return self.k_sum / self.rounds_with_draft if self.rounds_with_draft else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds_with_draft if self.rounds_with_draft else 0.0
+
+    @property
+    def fallback_share(self) -> float:
+        return self.fallback_rounds / self.rounds if self.rounds else 0.0
+
+    def summary(self) -> str:
+        """The one-line footer: '41.0 tok/s · 212 tokens · 78% draft accepted · mean K 3.1'."""
+        parts = [f"{self.decode_tok_s:.1f} tok/s", f"{self.tokens} tokens"]
+        if self.token_acceptance is not None:
+            parts.append(f"{self.token_acceptance:.0%} draft accepted")
+            parts.append(f"mean K {self.mean_k:.1f}")
+        parts.append(self.mode)
+        return " · ".join(parts)
+
+
+Event = Prefilled | TokensEmitted | RoundStats | Fallback | Done | Error

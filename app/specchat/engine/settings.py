@@ -1,0 +1,65 @@
+"""Settings the engine takes: sampling and the draft-length controller.
+
+Plain frozen dataclasses with defaults; the UI and the config file build them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Mode(str, Enum):
+    BASELINE = "baseline"  # plain decoding, no drafter
+    DRAFT = "draft"  # a draft model proposes tokens
+    LOOKUP = "lookup"  # n-gram prompt lookup proposes tokens
+    AUTO = "auto"  # the controller picks drafter and K (0 included) by expected speed
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSettings:
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int = 0xC0FFEE
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if not 0 <= self.min_p < 1:
+            raise ValueError("min_p must be in [0, 1)")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 = off)")
+        if self.repeat_penalty <= 0:
+            raise ValueError("repeat_penalty must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    k_max: int = 8  # longest draft
+    k_min: int = 1  # shortest draft in the forced modes (draft, lookup)
+    p_min: float = 0.6  # the draft stops early when its top probability is below this
+    lookup_ngram: int = 3  # longest n-gram prompt lookup matches
+    window_rounds: int = 16  # rounds in the acceptance window of the guard rails
+    min_token_acceptance: float = 0.5  # below this over the window: fall back
+    min_sequence_acceptance: float = 0.6  # below this over the window: fall back
+    cooldown_tokens: int = 64  # plain tokens after a fallback before trying again
+    fallback_warning_share: float = 0.15  # warn when more rounds than this fell back
+    probe_interval_tokens: int = 48  # auto: re-probe a drafter it has stopped using
+    min_gain: float = 1.03  # auto speculates only if it expects at least this speed-up
+
+    def validate(self) -> None:
+        if not 1 <= self.k_min <= self.k_max <= 32:
+            raise ValueError("need 1 <= k_min <= k_max <= 32")
+        for name in ("p_min", "min_token_acceptance", "min_sequence_acceptance", "fallback_warning_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1]")

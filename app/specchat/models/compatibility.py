@@ -1,0 +1,94 @@
+"""Can this draft serve this target?  llama.cpp's rule, checked from GGUF metadata.
+
+The rule (``common_speculative_are_compatible`` in llama.cpp): same tokenizer
+model type; same add-BOS and add-EOS flags and the same BOS/EOS ids when set;
+vocabulary sizes within 128 of each other; identical token text for every id
+from 5 up to the smaller vocabulary.  A failed check names the first reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gguf_header import GGUFHeader, read_file_header
+
+MAX_VOCAB_SIZE_DIFFERENCE = 128
+FIRST_COMPARED_TOKEN = 5
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerInfo:
+    model: str
+    tokens: tuple[str, ...]
+    add_bos: bool | None
+    add_eos: bool | None
+    bos_id: int | None
+    eos_id: int | None
+
+    @classmethod
+    def from_header(cls, header: GGUFHeader) -> TokenizerInfo:
+        tokens = header.get("tokenizer.ggml.tokens") or []
+        return cls(
+            model=str(header.get("tokenizer.ggml.model", "")),
+            tokens=tuple(tokens),  # type: ignore[arg-type]
+            add_bos=_opt_bool(header.get("tokenizer.ggml.add_bos_token")),
+            add_eos=_opt_bool(header.get("tokenizer.ggml.add_eos_token")),
+            bos_id=_opt_int(header.get("tokenizer.ggml.bos_token_id")),
+            eos_id=_opt_int(header.get("tokenizer.ggml.eos_token_id")),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TokenizerInfo:
+        return cls.from_header(read_file_header(path))
+
+
+def _opt_bool(v: object) -> bool | None:
+    return None if v is None else bool(v)
+
+
+def _opt_int(v: object) -> int | None:
+    return None if v is None else int(v)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class PairCompatibility:
+    compatible: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.compatible
+
+
+def _flag(v: bool | None) -> str:
+    return "unset" if v is None else str(v).lower()
+
+
+def check_tokenizers(target: TokenizerInfo, draft: TokenizerInfo) -> PairCompatibility:
+    def no(reason: str) -> PairCompatibility:
+        return PairCompatibility(False, reason)
+
+    if not target.tokens or not draft.tokens:
+        return no("a model has no tokenizer in its GGUF metadata")
+    if target.model != draft.model:
+        return no(f"tokenizer type differs: '{target.model}' vs '{draft.model}'")
+    if target.add_bos != draft.add_bos:
+        return no(f"add-BOS flag differs: {_flag(target.add_bos)} vs {_flag(draft.add_bos)}")
+    if target.add_eos != draft.add_eos:
+        return no(f"add-EOS flag differs: {_flag(target.add_eos)} vs {_flag(draft.add_eos)}")
+    if target.add_bos and target.bos_id != draft.bos_id:
+        return no(f"BOS token differs: {target.bos_id} vs {draft.bos_id}")
+    if target.add_eos and target.eos_id != draft.eos_id:
+        return no(f"EOS token differs: {target.eos_id} vs {draft.eos_id}")
+    nt, nd = len(target.tokens), len(draft.tokens)
+    if abs(nt - nd) > MAX_VOCAB_SIZE_DIFFERENCE:
+        return no(f"vocabulary sizes differ by {abs(nt - nd)} (> {MAX_VOCAB_SIZE_DIFFERENCE}): {nt} vs {nd}")
+    for i in range(FIRST_COMPARED_TOKEN, min(nt, nd)):
+        if target.tokens[i] != draft.tokens[i]:
+            return no(f"token {i} differs: {target.tokens[i]!r} vs {draft.tokens[i]!r}")
+    return PairCompatibility(True, f"same tokenizer ({target.model}, {min(nt, nd)} tokens compared)")
+
+
+def check_pair(target_path: str | Path, draft_path: str | Path) -> PairCompatibility:
+    """Compare two local GGUF files; raises GGUFError for an unreadable file."""
+    return check_tokenizers(TokenizerInfo.from_file(target_path), TokenizerInfo.from_file(draft_path))
