@@ -214,10 +214,7 @@ class DraftController:
         if plan.fallback:
             self.fallback_rounds += 1
         if r.drafted and plan.drafter in self.windows:
-            if plan.drafter == "model":
-                self.costs.observe_draft("model", r.draft_s / r.drafted)
-            else:
-                self.costs.observe_draft(plan.drafter, r.draft_s / max(r.drafted, 1))
+            self.costs.observe_draft(plan.drafter, r.draft_s / r.drafted)
             w = self.windows[plan.drafter]
             w.add(r.drafted, r.accepted)
             if w.full():

@@ -1,0 +1,278 @@
+"""Command line: ``specchat chat``, ``specchat bench``, ``specchat models ...``.
+
+Bad input (a missing, truncated or non-GGUF file, a bad flag) exits 2 with one
+line and no traceback; an incompatible pair exits 3 with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_INCOMPATIBLE = 3
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        raise CliError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text}")
+    return v
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, draft: bool = True) -> None:
+    p.add_argument("--target", required=True, type=Path, help="target GGUF file")
+    if draft:
+        p.add_argument("--draft", type=Path, help="draft GGUF file (same tokenizer as the target)")
+    p.add_argument("--ctx", type=_positive_int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 all, 0 none)")
+    p.add_argument("--draft-gpu-layers", type=int, default=None, help="draft layers on the GPU (default: as target)")
+    p.add_argument("--k-max", type=_positive_int, default=8, help="longest draft (default 8)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0xC0FFEE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from specchat import __version__
+
+    parser = _Parser(prog="specchat", description="Local GGUF chat with visible speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"specchat {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    chat = sub.add_parser("chat", help="stream one answer in the terminal")
+    _add_model_args(chat)
+    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default="auto")
+    chat.add_argument("--system", default=None, help="system prompt")
+    chat.add_argument("--max-tokens", type=_positive_int, default=512)
+    chat.add_argument("--reasoning", choices=["on", "off"], default=None,
+                      help="turn the model's reasoning mode on or off (templates with enable_thinking)")
+    chat.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    chat.add_argument("prompt", help="the user message")
+
+    bench = sub.add_parser("bench", help="plain vs speculative decoding speed, same run")
+    _add_model_args(bench)
+    bench.add_argument("--modes", default="baseline,draft,lookup,auto",
+                       help="comma-separated modes (default: baseline,draft,lookup,auto)")
+    bench.add_argument("--suite", default="builtin", help="'builtin' or a JSONL file of {id, task, messages}")
+    bench.add_argument("--max-tokens", type=_positive_int, default=128)
+    bench.add_argument("--repeat", type=_positive_int, default=1)
+    bench.add_argument("--json", type=Path, default=None, help="write every run as JSON here")
+    bench.add_argument("--reference", action="store_true",
+                       help="also measure llama-bench-style raw decode speed (no sampling, no loop)")
+
+    models = sub.add_parser("models", help="check, list and fetch models")
+    msub = models.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
+    check = msub.add_parser("check", help="can DRAFT serve TARGET? exit 0 yes, 3 no")
+    check.add_argument("target", type=Path)
+    check.add_argument("draft", type=Path)
+    check.add_argument("--json", action="store_true")
+    return parser
+
+
+def _pair_config(args: argparse.Namespace):
+    from platformdirs import user_cache_dir
+
+    from specchat.engine.pair import PairConfig
+    from specchat.engine.runtime import ModelOptions
+    from specchat.engine.settings import ControllerSettings
+
+    for path in (args.target, getattr(args, "draft", None)):
+        if path is not None and not path.is_file():
+            raise CliError(f"{path}: no such file")
+    topts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    dl = args.draft_gpu_layers if args.draft_gpu_layers is not None else args.gpu_layers
+    dopts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=dl, n_threads=args.threads)
+    return PairConfig(
+        target=args.target, draft=getattr(args, "draft", None), target_options=topts, draft_options=dopts,
+        controller=ControllerSettings(k_max=args.k_max),
+        calibration_cache=Path(user_cache_dir("specchat")) / "calibration.json",
+    )
+
+
+def _sampling(args: argparse.Namespace):
+    from specchat.engine.settings import SamplingSettings
+
+    s = SamplingSettings(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                         repeat_penalty=args.repeat_penalty, seed=args.seed)
+    try:
+        s.validate()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return s
+
+
+def _load_pair(args: argparse.Namespace):
+    from specchat.engine.pair import IncompatiblePair, SpeculativePair
+    from specchat.engine.runtime import LlamaError
+
+    try:
+        return SpeculativePair(_pair_config(args))
+    except IncompatiblePair as exc:
+        raise CliError(str(exc), EXIT_INCOMPATIBLE) from None
+    except LlamaError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from specchat.engine import Done, Error, Fallback, Mode, TokensEmitted
+    from specchat.engine.reasoning import ReasoningParser
+
+    sampling = _sampling(args)
+    pair = _load_pair(args)
+    with pair:
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        messages.append({"role": "user", "content": args.prompt})
+        reasoning = None if args.reasoning is None else args.reasoning == "on"
+        if reasoning is not None and not pair.chat_format.supports_reasoning_switch:
+            print("note: this model's chat template has no reasoning switch; --reasoning ignored", file=sys.stderr)
+        prompt = pair.chat_prompt(messages, reasoning=reasoning)
+        parser = ReasoningParser(prompt.starts_in_reasoning)
+        out = sys.stdout
+        in_reasoning_shown = False
+        rc = 0
+        for ev in pair.generate(prompt.tokens, mode=Mode(args.mode), sampling=sampling,
+                                max_tokens=args.max_tokens, stop=args.stop):
+            if isinstance(ev, TokensEmitted):
+                split = parser.feed(ev.text)
+                if split.reasoning:
+                    if not in_reasoning_shown:
+                        print("[reasoning] ", end="", file=sys.stderr)
+                        in_reasoning_shown = True
+                    print(split.reasoning, end="", file=sys.stderr, flush=True)
+                if split.answer:
+                    out.write(split.answer)
+                    out.flush()
+            elif isinstance(ev, Fallback):
+                print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
+            elif isinstance(ev, Error):
+                print(f"\nspecchat: {ev.message}", file=sys.stderr)
+                rc = 1
+            elif isinstance(ev, Done):
+                rest = parser.flush()
+                out.write(rest.answer)
+                s = ev.stats
+                print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s:.0f} tok/s"
+                      f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))
+                if ev.stop_reason.value == "error":
+                    rc = EXIT_BAD_INPUT if "prompt is" in ev.message else 1
+    return rc
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specchat.engine.bench import format_table, raw_decode_rate, run_bench, summarize
+    from specchat.engine.runtime import backend_info
+    from specchat.engine.settings import Mode
+    from specchat.engine.suite import SuiteError, load_suite
+
+    try:
+        modes = [Mode(m.strip()) for m in args.modes.split(",") if m.strip()]
+    except ValueError:
+        raise CliError(f"bad --modes '{args.modes}' (choose from baseline, draft, lookup, auto)") from None
+    if not modes:
+        raise CliError("--modes is empty")
+    if Mode.DRAFT in modes and args.draft is None:
+        raise CliError("mode 'draft' needs --draft")
+    try:
+        prompts = load_suite(args.suite)
+    except SuiteError as exc:
+        raise CliError(str(exc)) from None
+    sampling = _sampling(args)
+    pair = _load_pair(args)
+    with pair:
+        info = backend_info()
+        print(f"target {args.target.name}" + (f", draft {args.draft.name}" if args.draft else "")
+              + f"; backend {info['backend']}, threads {pair.target.n_threads}, ctx {pair.target.n_ctx}, "
+              f"temp {sampling.temperature}, max tokens {args.max_tokens}, repeat {args.repeat}", flush=True)
+        c = pair.costs
+        print("calibration: verify " + ", ".join(f"{n} tok {v * 1e3:.1f} ms" for n, v in sorted(c.verify_s.items()))
+              + (f"; draft token {c.draft_s['model'] * 1e3:.1f} ms" if "model" in c.draft_s else ""), flush=True)
+
+        def progress(run) -> None:
+            acc = "" if run.token_acceptance is None else f", {run.token_acceptance:.0%} accepted"
+            print(f"  {run.prompt_id:<16} {run.mode:<9} #{run.repeat}: {run.tokens} tok, "
+                  f"{run.decode_tok_s:.1f} tok/s{acc}", file=sys.stderr, flush=True)
+
+        runs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat, sampling=sampling,
+                         progress=progress)
+        rows = summarize(runs, modes)
+        print(format_table(rows))
+        reference = None
+        if args.reference:
+            first = pair.chat_prompt(list(prompts[0].messages)).tokens
+            reference = raw_decode_rate(pair, first, args.max_tokens)
+            base = next((r for r in rows if r.task == "all" and r.mode == "baseline"), None)
+            line = f"llama-bench-style raw decode: {reference:.1f} tok/s"
+            if base:
+                line += f"; baseline mode is {base.decode_tok_s / reference:.1%} of it"
+            print(line)
+        if args.json:
+            doc = {
+                "target": args.target.name, "draft": args.draft.name if args.draft else None,
+                "backend": info["backend"], "llama_cpp_python": info["llama_cpp_python"],
+                "threads": pair.target.n_threads, "ctx": pair.target.n_ctx, "temp": sampling.temperature,
+                "max_tokens": args.max_tokens, "repeat": args.repeat,
+                "calibration": {"verify_s": c.verify_s, "draft_s": c.draft_s},
+                "raw_decode_tok_s": reference,
+                "summary": [r.__dict__ if hasattr(r, "__dict__") else _row_dict(r) for r in rows],
+                "runs": [r.to_json() for r in runs],
+            }
+            args.json.write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def _row_dict(row) -> dict:
+    return {f: getattr(row, f) for f in row.__slots__}
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from specchat.models.compatibility import check_pair
+    from specchat.models.gguf_header import GGUFError
+
+    if args.models_command == "check":
+        try:
+            verdict = check_pair(args.target, args.draft)
+        except GGUFError as exc:
+            raise CliError(str(exc)) from None
+        if args.json:
+            print(json.dumps({"compatible": verdict.compatible, "reason": verdict.reason}))
+        else:
+            print(("compatible: " if verdict else "incompatible: ") + verdict.reason)
+        return 0 if verdict else EXIT_INCOMPATIBLE
+    raise CliError(f"unknown models command {args.models_command}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "chat":
+            return cmd_chat(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+        if args.command == "models":
+            return cmd_models(args)
+        raise CliError("no command given")
+    except CliError as exc:
+        print(f"specchat: {exc}" if not str(exc).startswith("specchat") else str(exc), file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,194 @@
+"""The benchmark: plain vs speculative decode speed on the same prompts, same run.
+
+Modes run interleaved per prompt and repeat (so drift on a shared machine hits
+every mode alike), caches are cleared before every run (prefill is measured
+fresh), and per (prompt, mode) the median run of the repeats counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from .events import Done, Error, Fallback, TokensEmitted
+from .pair import SpeculativePair
+from .settings import Mode, SamplingSettings
+from .suite import BenchPrompt
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    mode: str
+    task: str
+    prompt_id: str
+    repeat: int
+    tokens: int
+    token_ids: list[int]
+    output: str
+    decode_tok_s: float
+    prefill_tok_s: float
+    drafted: int
+    accepted: int
+    token_acceptance: float | None
+    sequence_acceptance: float | None
+    rounds: int
+    decode_s: float
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    mean_k: float
+    stop_reason: str
+    fallbacks: list[str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRow:
+    task: str
+    mode: str
+    decode_tok_s: float
+    multiplier: float | None
+    token_acceptance: float | None
+    sequence_acceptance: float | None
+    prefill_tok_s: float
+    mean_k: float
+    overhead_share: float  # overhead / decode time
+    tokens: int
+
+
+def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int, *, max_tokens: int,
+            sampling: SamplingSettings) -> BenchRun:
+    pair.target.clear()
+    if pair.draft is not None:
+        pair.draft.clear()
+    tokens = pair.chat_prompt(list(prompt.messages)).tokens
+    ids: list[int] = []
+    text: list[str] = []
+    fallbacks: list[str] = []
+    done: Done | None = None
+    for ev in pair.generate(tokens, mode=mode, sampling=sampling, max_tokens=max_tokens):
+        if isinstance(ev, TokensEmitted):
+            ids.extend(ev.token_ids)
+            text.append(ev.text)
+        elif isinstance(ev, Fallback):
+            fallbacks.append(ev.reason)
+        elif isinstance(ev, Error):
+            raise RuntimeError(f"{prompt.id} ({mode.value}): {ev.message}")
+        elif isinstance(ev, Done):
+            done = ev
+    assert done is not None
+    s = done.stats
+    return BenchRun(
+        mode=mode.value, task=prompt.task, prompt_id=prompt.id, repeat=repeat, tokens=s.tokens, token_ids=ids,
+        output="".join(text), decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s, drafted=s.drafted,
+        accepted=s.accepted, token_acceptance=s.token_acceptance, sequence_acceptance=s.sequence_acceptance,
+        rounds=s.rounds, decode_s=s.decode_s, draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s,
+        mean_k=s.mean_k, stop_reason=done.stop_reason.value, fallbacks=fallbacks,
+    )
+
+
+def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequence[Mode], *, max_tokens: int,
+              repeat: int, sampling: SamplingSettings,
+              progress: Callable[[BenchRun], None] | None = None) -> list[BenchRun]:
+    runs = []
+    for prompt in prompts:
+        for r in range(repeat):
+            for mode in modes:
+                run = run_one(pair, prompt, mode, r, max_tokens=max_tokens, sampling=sampling)
+                runs.append(run)
+                if progress:
+                    progress(run)
+    return runs
+
+
+def median_runs(runs: Sequence[BenchRun]) -> list[BenchRun]:
+    """Per (prompt, mode), the run with the median decode speed."""
+    groups: dict[tuple[str, str], list[BenchRun]] = {}
+    for run in runs:
+        groups.setdefault((run.prompt_id, run.mode), []).append(run)
+    out = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda r: r.decode_tok_s)
+        out.append(ordered[(len(ordered) - 1) // 2])
+    return out
+
+
+def _rate(runs: Sequence[BenchRun]) -> float:
+    tokens = sum(max(r.tokens - 1, 0) for r in runs)
+    seconds = sum(r.decode_s for r in runs)
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode]) -> list[BenchRow]:
+    med = median_runs(runs)
+    tasks = list(dict.fromkeys(r.task for r in med)) + ["all"]
+    rows = []
+    for task in tasks:
+        base_runs = [r for r in med if r.mode == Mode.BASELINE.value and task in ("all", r.task)]
+        base = _rate(base_runs) if base_runs else None
+        for mode in modes:
+            sel = [r for r in med if r.mode == mode.value and task in ("all", r.task)]
+            if not sel:
+                continue
+            rate = _rate(sel)
+            drafted = sum(r.drafted for r in sel)
+            with_draft = sum(r.rounds for r in sel if r.drafted)
+            full = [r.sequence_acceptance for r in sel if r.sequence_acceptance is not None]
+            decode_s = sum(r.decode_s for r in sel)
+            prefill = [r.prefill_tok_s for r in sel if r.prefill_tok_s > 0]
+            ks = [r.mean_k for r in sel if r.drafted]
+            rows.append(BenchRow(
+                task=task, mode=mode.value, decode_tok_s=rate,
+                multiplier=rate / base if base else None,
+                token_acceptance=sum(r.accepted for r in sel) / drafted if drafted else None,
+                sequence_acceptance=statistics.fmean(full) if full and with_draft else None,
+                prefill_tok_s=statistics.median(prefill) if prefill else 0.0,
+                mean_k=statistics.fmean(ks) if ks else 0.0,
+                overhead_share=sum(r.overhead_s for r in sel) / decode_s if decode_s else 0.0,
+                tokens=sum(r.tokens for r in sel),
+            ))
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def format_table(rows: Sequence[BenchRow]) -> str:
+    head = f"{'task':<9} {'mode':<9} {'decode tok/s':>12} {'x plain':>8} {'tok acc':>8} {'seq acc':>8} " \
+           f"{'mean K':>7} {'overhead':>9} {'prefill tok/s':>13}"
+    lines = [head, "-" * len(head)]
+    last = None
+    for r in rows:
+        if last is not None and r.task != last:
+            lines.append("")
+        last = r.task
+        mult = "-" if r.multiplier is None else f"{r.multiplier:.2f}x"
+        lines.append(
+            f"{r.task:<9} {r.mode:<9} {r.decode_tok_s:>12.1f} {mult:>8} {_pct(r.token_acceptance):>8} "
+            f"{_pct(r.sequence_acceptance):>8} {r.mean_k:>7.1f} {r.overhead_share:>9.1%} {r.prefill_tok_s:>13.1f}"
+        )
+    return "\n".join(lines)
+
+
+def raw_decode_rate(pair: SpeculativePair, prompt_tokens: Sequence[int], n_tokens: int) -> float:
+    """llama-bench-style plain decode: single-token llama_decode calls, no sampling, no Python loop logic.
+
+    The reference for "plain decoding within 3% of llama.cpp's own speed": same
+    model, same context, same threads, same depth, in the same process.
+    """
+    m = pair.target
+    m.clear()
+    m.decode(list(prompt_tokens), logits="last")
+    tok = int(prompt_tokens[-1])
+    t0 = time.perf_counter()
+    for _ in range(n_tokens):
+        m.decode([tok], logits="last")
+        m.logits(-1)
+    dt = time.perf_counter() - t0
+    m.clear()
+    return n_tokens / dt

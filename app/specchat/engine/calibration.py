@@ -1,0 +1,86 @@
+"""Measure, once per machine and model file, what a decode costs.
+
+The controller needs the target's cost for a batch of n tokens (n = 1 .. K+1)
+and the draft's cost per token.  A few throw-away decodes when a pair loads
+give both; the result is cached (keyed by model file, size, mtime, threads and
+GPU layers) so later loads start from the right K at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from .controller import CostModel
+from .runtime import LoadedModel
+
+CALIBRATION_VERSION = 2
+PREFIX_TOKENS = 32  # decode at a realistic position, not at an empty cache
+
+
+def _key(model: LoadedModel, what: str) -> str:
+    st = model.path.stat()
+    raw = f"{CALIBRATION_VERSION}|{what}|{model.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|" \
+          f"{model.n_threads}|{model.options.n_gpu_layers}|{model.options.flash_attn}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def _sizes(k_max: int) -> list[int]:
+    return sorted({1, 2, 3, 5, k_max + 1} | ({9} if k_max + 1 > 9 else set()))
+
+
+def _time_decode(model: LoadedModel, n: int, filler: int, logits: str) -> float:
+    base = len(model.tokens)
+    t0 = time.perf_counter()
+    model.decode([filler] * n, logits=logits)
+    model.logits(-1)  # reading logits waits for the computation
+    dt = time.perf_counter() - t0
+    model.trim(base)
+    return dt
+
+
+def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int) -> CostModel:
+    filler = 198  # any ordinary token id works; the cost does not depend on it
+    costs = CostModel()
+    for m in (target, draft):
+        if m is not None:
+            m.clear()
+            m.decode([filler] * PREFIX_TOKENS, logits="none")
+    _time_decode(target, 1, filler, "all")  # warm-up: first decode allocates buffers
+    for n in _sizes(k_max):
+        costs.verify_s[n] = min(_time_decode(target, n, filler, "all") for _ in range(2 if n <= 3 else 1))
+    if draft is not None:
+        _time_decode(draft, 1, filler, "last")
+        costs.draft_s["model"] = min(_time_decode(draft, 1, filler, "last") for _ in range(3))
+    costs.draft_s["lookup"] = 0.0
+    for m in (target, draft):
+        if m is not None:
+            m.clear()
+    return costs
+
+
+def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None) -> CostModel:
+    """Costs from the cache when this exact setup was measured before, else measured now."""
+    key = _key(target, "target") + (_key(draft, "draft") if draft is not None else "")
+    cache: dict = {}
+    if cache_file is not None and cache_file.exists():
+        try:
+            cache = json.loads(cache_file.read_text())
+        except (OSError, ValueError):
+            cache = {}
+    hit = cache.get(key)
+    if hit and all(str(n) in hit["verify_s"] for n in _sizes(k_max)):
+        return CostModel({int(n): v for n, v in hit["verify_s"].items()}, hit["draft_s"])
+    costs = measure(target, draft, k_max)
+    if cache_file is not None:
+        cache[key] = {"verify_s": costs.verify_s, "draft_s": costs.draft_s, "measured": time.time()}
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cache, indent=1))
+            tmp.replace(cache_file)
+        except OSError:
+            pass  # a cache that cannot be written only costs a re-measure next time
+    return costs

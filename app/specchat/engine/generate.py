@@ -1,0 +1,270 @@
+"""The generation loop: a generator of frozen events, one speculative round at a time.
+
+Invariant (llama.cpp's speculative-simple): ``id_last``, the newest committed
+token, is not yet in the target's KV cache.  A round decodes ``[id_last,
+d1..dK]`` on the target in one batch with K+1 logit rows, keeps what the
+target accepts, trims the rest from the cache, and emits the accepted tokens
+plus the target's own next token.  K = 0 is plain decoding through the very
+same path, which is what ``baseline`` measures.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from .events import (
+    Done,
+    Error,
+    Event,
+    Fallback,
+    GenerationStats,
+    Prefilled,
+    RoundStats,
+    StopReason,
+    TokenOrigin,
+    TokensEmitted,
+)
+from .runtime import LlamaError
+from .sampling import TargetSampler
+from .settings import Mode, SamplingSettings
+from .verify import accepted_count, sample_and_match
+
+if TYPE_CHECKING:
+    from .pair import CancelToken, SpeculativePair
+
+_DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
+
+
+class TextStream:
+    """Bytes of tokens in, visible text out: UTF-8 completed, stop strings cut off.
+
+    Holds back just enough characters that a stop string split across tokens is
+    never half shown.
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._stop = [s for s in stop if s]
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._pending = ""
+
+    def push(self, data: bytes) -> tuple[str, bool]:
+        self._pending += self._decoder.decode(data)
+        for s in self._stop:
+            at = self._pending.find(s)
+            if at >= 0:
+                out, self._pending = self._pending[:at], ""
+                return out, True
+        cut = len(self._pending) - self._hold
+        if cut <= 0:
+            return "", False
+        out, self._pending = self._pending[:cut], self._pending[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        return out
+
+
+class _Totals:
+    __slots__ = ("drafted", "accepted", "rounds", "with_draft", "full", "draft_s", "verify_s", "overhead_s",
+                 "k_sum", "fallback_rounds", "fallbacks")
+
+    def __init__(self) -> None:
+        self.drafted = self.accepted = self.rounds = self.with_draft = self.full = self.k_sum = 0
+        self.fallback_rounds = 0
+        self.draft_s = self.verify_s = self.overhead_s = 0.0
+        self.fallbacks: list[str] = []
+
+    def add(self, r: RoundStats, fallback: bool) -> None:
+        self.rounds += 1
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+        self.overhead_s += r.overhead_s
+        self.fallback_rounds += fallback
+        if r.drafted:
+            self.with_draft += 1
+            self.drafted += r.drafted
+            self.accepted += r.accepted
+            self.full += r.accepted == r.drafted
+            self.k_sum += r.k
+
+
+def generate(
+    pair: SpeculativePair,
+    prompt: list[int],
+    *,
+    mode: Mode,
+    sampling: SamplingSettings,
+    max_tokens: int,
+    stop: Sequence[str] = (),
+    cancel: CancelToken | None = None,
+) -> Iterator[Event]:
+    target = pair.target
+    controller = pair.controller
+    cs = controller.settings
+    mode = Mode(mode)
+    totals = _Totals()
+    stream = TextStream(stop)
+    n_generated = 0
+
+    def stats(decode_s: float) -> GenerationStats:
+        return GenerationStats(
+            mode=mode.value, prompt_tokens=len(prompt), tokens=n_generated, prefill_s=prefill_s,
+            decode_s=decode_s, drafted=totals.drafted, accepted=totals.accepted, rounds=totals.rounds,
+            rounds_with_draft=totals.with_draft, rounds_fully_accepted=totals.full, draft_s=totals.draft_s,
+            verify_s=totals.verify_s, overhead_s=totals.overhead_s, k_sum=totals.k_sum,
+            fallback_rounds=totals.fallback_rounds, fallbacks=tuple(totals.fallbacks),
+        )
+
+    prefill_s = 0.0
+    if not prompt:
+        yield Error("empty prompt")
+        yield Done(StopReason.ERROR, stats(0.0), "empty prompt")
+        return
+    if len(prompt) + 1 > target.n_ctx:
+        msg = (f"the prompt is {len(prompt)} tokens and the context holds {target.n_ctx}: "
+               "shorten the chat or raise the context size")
+        yield Error(msg)
+        yield Done(StopReason.ERROR, stats(0.0), msg)
+        return
+    if max_tokens < 1:
+        yield Done(StopReason.MAX_TOKENS, stats(0.0))
+        return
+
+    # which drafters may run in this answer, and why not if one may not
+    drafter_model = pair.model_drafter
+    use_model = mode in (Mode.DRAFT, Mode.AUTO) and drafter_model is not None
+    use_lookup = mode in (Mode.LOOKUP, Mode.AUTO)
+    notes: list[Fallback] = []
+    if pair.speculation_blocked and mode is not Mode.BASELINE:
+        notes.append(Fallback(f"speculation off: {pair.speculation_blocked}", permanent=True))
+        use_model = use_lookup = False
+    elif mode is Mode.DRAFT and drafter_model is None:
+        notes.append(Fallback("no draft model loaded: plain decoding", permanent=True))
+    elif mode is Mode.AUTO and use_model and not controller.viable("model"):
+        use_model = False
+        notes.append(Fallback(
+            "auto: the draft model cannot pay on this machine (best case "
+            f"{controller.best_case_multiplier('model'):.2f}x plain even if every token were accepted: "
+            f"a draft token costs {controller.costs.draft_s.get('model', 0) * 1e3:.1f} ms, "
+            f"verifying {cs.k_max + 1} tokens {controller.costs.verify(cs.k_max + 1) * 1e3:.0f} ms "
+            f"vs {controller.costs.verify(1) * 1e3:.1f} ms for one)",
+            permanent=True,
+        ))
+    yield from notes
+    totals.fallbacks.extend(n.reason for n in notes)
+
+    sampler = TargetSampler(target, sampling)
+    pair.lookup.reset()
+    controller.start_answer()
+    try:
+        # -- prefill: the whole prompt on the target, the first token from its last row
+        t0 = time.perf_counter()
+        reused = target.keep_prefix(prompt)
+        if reused == len(prompt):  # the same prompt again: re-decode the last token for its logits
+            reused -= 1
+            target.trim(reused)
+        target.decode(prompt[reused:], logits="last")
+        if use_model:
+            drafter_model.prefill(prompt)
+        first = sampler.sample(-1)
+        prefill_s = time.perf_counter() - t0
+        yield Prefilled(len(prompt), reused, prefill_s)
+        t_decode0 = time.perf_counter()
+
+        history = prompt + [first]  # committed tokens; history[-1] is id_last (not in the target KV)
+        if target.is_eog(first):
+            yield Done(StopReason.EOG, stats(0.0))
+            return
+        n_generated = 1
+        text, hit = stream.push(target.piece(first))
+        yield TokensEmitted((first,), (_TARGET,), text)
+        if hit:
+            yield Done(StopReason.STOP_STRING, stats(0.0))
+            return
+
+        stop_reason = StopReason.MAX_TOKENS
+        round_index = 0
+        while n_generated < max_tokens:
+            if cancel is not None and cancel.cancelled:
+                stop_reason = StopReason.CANCELLED
+                break
+            t_round = time.perf_counter()
+            room = target.n_ctx - len(target.tokens) - 1  # draft tokens that still fit after id_last
+            if room < 0:
+                stop_reason = StopReason.CONTEXT_FULL
+                break
+            k_cap = min(room, max_tokens - n_generated - 1, cs.k_max)
+            available: dict[str, int] = {}
+            proposal: list[int] = []
+            draft_s = 0.0
+            if k_cap > 0:
+                if use_model:
+                    available["model"] = k_cap
+                if use_lookup:
+                    proposal = pair.lookup.propose(history, k_cap)
+                    draft_s += pair.lookup.last_seconds
+                    if proposal:
+                        available["lookup"] = len(proposal)
+            plan = controller.plan(mode, available)
+            if plan.drafter == "model":
+                drafted = drafter_model.propose(history, plan.k)
+                draft_s += drafter_model.last_seconds
+            elif plan.drafter == "lookup":
+                drafted = proposal[: plan.k]
+            else:
+                drafted = []
+
+            base = len(target.tokens)
+            t_v = time.perf_counter()
+            target.decode([history[-1], *drafted], logits="all")
+            target.logits(-1)  # reading logits waits for the computation (async backends)
+            verify_s = time.perf_counter() - t_v
+            emitted = sample_and_match(sampler.sample, drafted, limit=max_tokens - n_generated,
+                                       is_end=target.is_eog)
+            m = accepted_count(drafted, emitted)
+            target.trim(base + 1 + m)
+            ended = target.is_eog(emitted[-1])
+            visible = emitted[:-1] if ended else emitted
+            history.extend(emitted)
+            n_generated += len(visible)
+            text, hit = stream.push(b"".join(target.piece(t) for t in visible))
+            origins = tuple(_DRAFT if i < m else _TARGET for i in range(len(visible)))
+            round_stats = RoundStats(
+                index=round_index, drafter=plan.drafter if drafted else "none", k=plan.k if drafted else 0,
+                drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
+                overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
+            )
+            round_index += 1
+            if visible:
+                yield TokensEmitted(tuple(visible), origins, text)
+            yield round_stats
+            totals.add(round_stats, plan.fallback)
+            for fb in controller.observe(mode, plan, round_stats):
+                totals.fallbacks.append(fb.reason)
+                yield fb
+            if ended:
+                stop_reason = StopReason.EOG
+                break
+            if hit:
+                stop_reason = StopReason.STOP_STRING
+                break
+        decode_s = time.perf_counter() - t_decode0
+        tail = stream.flush() if stop_reason is not StopReason.STOP_STRING else ""
+        if tail:
+            yield TokensEmitted((), (), tail)
+        message = f"context full ({target.n_ctx} tokens)" if stop_reason is StopReason.CONTEXT_FULL else ""
+        yield Done(stop_reason, stats(decode_s), message)
+    except LlamaError as exc:
+        # the runtime rolled its cache back; drop the draft's cache so it re-syncs next time
+        if pair.draft is not None:
+            pair.draft.clear()
+        yield Error(str(exc))
+        yield Done(StopReason.ERROR, stats(0.0), str(exc))
+    finally:
+        sampler.close()

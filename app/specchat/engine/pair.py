@@ -1,0 +1,122 @@
+"""A loaded target (and optional draft): everything one generation thread owns.
+
+Construction checks the pair before loading anything: a draft whose tokenizer
+differs from the target's is refused with the first reason, so no decoding
+ever runs on a mismatched pair.  Then both models load, the decode costs of
+this machine are calibrated (or read from the cache), and the controller
+starts from them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from specchat.models.compatibility import check_pair
+from specchat.models.gguf_header import GGUFError
+
+from .calibration import calibrate
+from .chat import ChatFormat, ChatPrompt
+from .controller import DraftController
+from .drafters import ModelDrafter, PromptLookupDrafter
+from .events import Event
+from .runtime import LlamaError, LoadedModel, ModelOptions
+from .settings import ControllerSettings, Mode, SamplingSettings
+
+
+class IncompatiblePair(LlamaError):
+    """The draft cannot serve the target; the message names the first reason."""
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it between rounds."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass(frozen=True, slots=True)
+class PairConfig:
+    target: Path
+    draft: Path | None = None
+    target_options: ModelOptions = ModelOptions()
+    draft_options: ModelOptions | None = None  # None: like the target's
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    calibration_cache: Path | None = None
+
+
+class SpeculativePair:
+    def __init__(self, config: PairConfig) -> None:
+        config.controller.validate()
+        self.config = config
+        if config.draft is not None:
+            try:
+                verdict = check_pair(config.target, config.draft)
+            except GGUFError as exc:
+                raise LlamaError(str(exc)) from None
+            if not verdict:
+                raise IncompatiblePair(
+                    f"{Path(config.draft).name} cannot draft for {Path(config.target).name}: {verdict.reason}"
+                )
+        k_max = config.controller.k_max
+        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16))
+        self.draft: LoadedModel | None = None
+        try:
+            if config.draft is not None:
+                dopts = config.draft_options or config.target_options
+                # same context size as the target: the draft mirrors the target's tokens
+                dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
+                self.draft = LoadedModel(config.draft, dopts, n_outputs=1)
+            self.speculation_blocked = ""
+            if not self.target.can_trim:
+                self.speculation_blocked = (
+                    "the target's memory (recurrent/hybrid model) cannot roll back rejected tokens"
+                )
+            self.costs = calibrate(self.target, self.draft, k_max, config.calibration_cache)
+        except BaseException:
+            self.close()
+            raise
+        self.controller = DraftController(config.controller, self.costs)
+        self.model_drafter = (
+            ModelDrafter(self.draft, self.target.n_vocab, config.controller.p_min) if self.draft else None
+        )
+        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, k_max)
+        self.chat_format = ChatFormat.for_model(self.target)
+
+    def close(self) -> None:
+        for m in (getattr(self, "draft", None), getattr(self, "target", None)):
+            if m is not None:
+                m.close()
+
+    def __enter__(self) -> SpeculativePair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def chat_prompt(self, messages: list[dict[str, str]], *, reasoning: bool | None = None) -> ChatPrompt:
+        return self.chat_format.prompt(self.target, messages, reasoning=reasoning)
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        mode: Mode = Mode.AUTO,
+        sampling: SamplingSettings = SamplingSettings(),
+        max_tokens: int = 512,
+        stop: Sequence[str] = (),
+        cancel: CancelToken | None = None,
+    ) -> Iterator[Event]:
+        from .generate import generate
+
+        return generate(self, list(prompt), mode=mode, sampling=sampling, max_tokens=max_tokens, stop=stop,
+                        cancel=cancel)

@@ -1,0 +1,331 @@
+"""A thin, checked layer over llama-cpp-python's low-level API.
+
+One :class:`LoadedModel` is a model, its context and one batch allocated once.
+It mirrors what sits in the KV cache (``tokens``) so callers can append with
+:meth:`decode` and roll back with :meth:`trim`; every llama.cpp return code is
+checked and turned into :class:`LlamaError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from specchat.models.gguf_header import GGUFError, validate_file
+
+
+class LlamaError(RuntimeError):
+    """llama.cpp refused or failed; the message is one line for the user."""
+
+
+_log_lock = threading.Lock()
+_last_log: list[str] = []
+_LOG_KEEP = 40
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # keep the last lines so a failed load can say why; never print (the app owns the terminal)
+    try:
+        line = text.decode("utf-8", errors="replace").rstrip()
+    except Exception:  # pragma: no cover - never raise into C
+        return
+    if line:
+        with _log_lock:
+            _last_log.append(line)
+            del _last_log[:-_LOG_KEEP]
+
+
+_backend_ready = False
+
+
+def init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        if not os.environ.get("SPECCHAT_LLAMA_LOG"):
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def last_log_error() -> str:
+    with _log_lock:
+        for line in reversed(_last_log):
+            low = line.lower()
+            if any(w in low for w in ("error", "failed", "unable", "cannot", "out of memory")):
+                return line
+    return ""
+
+
+def backend_info() -> dict[str, str]:
+    """Versions and the compute backend in use, for --version and the About box."""
+    init_backend()
+    system = llama_cpp.llama_print_system_info().decode(errors="replace")
+    gpu = bool(llama_cpp.llama_supports_gpu_offload())
+    names = []
+    for tag, name in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"), ("SYCL", "SYCL")):
+        if tag in system.upper():
+            names.append(name)
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "backend": "+".join(names) if gpu and names else ("GPU" if gpu else "CPU"),
+        "system_info": system.strip(),
+    }
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except Exception:  # pragma: no cover
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptions:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: as many as fit (all); 0: CPU only
+    n_threads: int = 0  # 0: physical cores
+    n_batch: int = 512
+    n_ubatch: int = 512
+    flash_attn: bool | None = None  # None: llama.cpp decides
+
+
+class LoadedModel:
+    """A model with one context (sequence 0) and a reusable batch."""
+
+    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, n_outputs: int = 0) -> None:
+        init_backend()
+        self.path = Path(path)
+        self.options = options
+        try:
+            self.header = validate_file(self.path)
+        except GGUFError as exc:
+            raise LlamaError(str(exc)) from None
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = options.n_gpu_layers if options.n_gpu_layers >= 0 else 999
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            why = last_log_error()
+            raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))
+        self._ctx = None
+        self._batch = None
+        try:
+            self._init_context(options, n_outputs)
+        except BaseException:
+            self.close()
+            raise
+
+    def _init_context(self, options: ModelOptions, n_outputs: int) -> None:
+        threads = options.n_threads or default_threads()
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = options.n_ctx
+        cparams.n_batch = options.n_batch
+        cparams.n_ubatch = min(options.n_ubatch, options.n_batch)
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = False
+        if hasattr(cparams, "n_outputs_max") and n_outputs:
+            cparams.n_outputs_max = n_outputs
+        if options.flash_attn is not None and hasattr(cparams, "flash_attn_type"):
+            cparams.flash_attn_type = 1 if options.flash_attn else 0
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            why = last_log_error()
+            raise LlamaError(
+                f"{self.path.name}: could not create a context of {options.n_ctx} tokens"
+                + (f" ({why})" if why else " (out of memory?)")
+            )
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = options.n_batch
+        self.n_threads = threads
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.can_trim = not (
+            llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []  # what sits in the KV cache, in order
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LoadedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata ---------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode(errors="replace")
+
+    @property
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    # -- tokens -----------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise LlamaError("tokenization failed")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for; special tokens (end of turn ...) render as nothing."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            cached = self._pieces[token] = buf.raw[: max(n, 0)]
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        v = self._eog.get(token)
+        if v is None:
+            v = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return v
+
+    def token_text(self, token: int) -> str:
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    # -- KV cache ---------------------------------------------------------------
+
+    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+        """Append ``tokens`` after what is in the KV cache.
+
+        ``logits``: "last" (one row, the last token), "all" (a row per token), "none".
+        Large inputs go in ``n_batch`` chunks; only the final chunk gets logits.
+        On failure the cache is rolled back to where it was and LlamaError is raised.
+        """
+        if not tokens:
+            return
+        start = len(self.tokens)
+        if start + len(tokens) > self.n_ctx:
+            raise LlamaError(f"context full: {start} + {len(tokens)} tokens > {self.n_ctx}")
+        if logits == "all" and len(tokens) > self.n_batch:
+            raise LlamaError(f"cannot take logits for {len(tokens)} tokens at once (n_batch {self.n_batch})")
+        batch = self._batch
+        pos = start
+        for i in range(0, len(tokens), self.n_batch):
+            chunk = tokens[i : i + self.n_batch]
+            final = i + len(chunk) == len(tokens)
+            n = len(chunk)
+            for j, tok in enumerate(chunk):
+                batch.token[j] = tok
+                batch.pos[j] = pos + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = final and (logits == "all" or (logits == "last" and j == n - 1))
+            batch.n_tokens = n
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc != 0:
+                self._rollback(start)
+                what = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, f"error {rc}")
+                raise LlamaError(f"{self.path.name}: llama_decode failed: {what}")
+            pos += n
+        self.tokens.extend(tokens)
+
+    def _rollback(self, n: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+        del self.tokens[n:]
+
+    def trim(self, n: int) -> None:
+        """Keep the first ``n`` tokens of the KV cache, drop the rest."""
+        if n >= len(self.tokens):
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise LlamaError(f"{self.path.name}: this model's memory cannot be partially trimmed")
+        del self.tokens[n:]
+
+    def keep_prefix(self, tokens: list[int]) -> int:
+        """Trim the cache to its longest common prefix with ``tokens``; return its length."""
+        n = 0
+        limit = min(len(tokens), len(self.tokens))
+        while n < limit and tokens[n] == self.tokens[n]:
+            n += 1
+        if n < len(self.tokens):
+            if self.can_trim:
+                self.trim(n)
+            else:
+                self.clear()
+                n = 0
+        return n
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    # -- logits -----------------------------------------------------------------
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits row of batch index ``i`` of the last decode (negative counts from the end).
+
+        A view into llama.cpp's buffer: valid until the next decode.
+        """
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+        if not ptr:
+            raise LlamaError(f"no logits for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def set_threads(self, n_threads: int) -> None:
+        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
+        self.n_threads = n_threads
+
+    @property
+    def ctx(self):  # the raw llama_context_p, for the sampler chain
+        return self._ctx

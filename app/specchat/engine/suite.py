@@ -1,0 +1,87 @@
+"""Benchmark suites: the built-in one, and JSONL files of ``{"id", "task", "messages"}``.
+
+The built-in suite covers the task types whose acceptance differs most in
+practice: code, chat, structured JSON, summarisation and creative writing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPrompt:
+    id: str
+    task: str
+    messages: tuple[dict[str, str], ...]
+
+
+_ARTICLE = (
+    "The city council met on Tuesday to discuss the new bicycle lanes planned for the river district. "
+    "Supporters said the lanes would cut car traffic and make the area safer for children walking to "
+    "school. Shop owners worried that removing forty parking spaces would hurt their business, and asked "
+    "for a six-month trial first. The council voted 7 to 2 to build the lanes on two streets as a trial, "
+    "measure traffic and sales during the trial, and decide in the spring whether to extend them."
+)
+
+BUILTIN: tuple[BenchPrompt, ...] = (
+    BenchPrompt("code-fib", "code", (
+        {"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number iteratively, "
+                                    "with a docstring and type hints."},)),
+    BenchPrompt("code-refactor", "code", (
+        {"role": "user", "content": "Rewrite this function to use a list comprehension and explain the change:\n\n"
+                                    "def evens(xs):\n    out = []\n    for x in xs:\n        if x % 2 == 0:\n"
+                                    "            out.append(x)\n    return out\n"},)),
+    BenchPrompt("chat-explain", "chat", (
+        {"role": "user", "content": "Explain in a few sentences why the sky is blue."},)),
+    BenchPrompt("chat-advice", "chat", (
+        {"role": "user", "content": "I have a job interview tomorrow. Give me five short tips."},)),
+    BenchPrompt("json-person", "json", (
+        {"role": "system", "content": "Answer with JSON only."},
+        {"role": "user", "content": "Give a JSON object for a person with fields name, age, email, and a list "
+                                    "of three hobbies. Use realistic values."},)),
+    BenchPrompt("json-extract", "json", (
+        {"role": "system", "content": "Answer with JSON only."},
+        {"role": "user", "content": "Extract {\"vote_for\": int, \"vote_against\": int, \"streets\": int, "
+                                    "\"trial_months\": int} from: " + _ARTICLE},)),
+    BenchPrompt("summary-council", "summary", (
+        {"role": "user", "content": "Summarise this in two sentences:\n\n" + _ARTICLE},)),
+    BenchPrompt("summary-bullets", "summary", (
+        {"role": "user", "content": "List the key points of this text as bullet points:\n\n" + _ARTICLE},)),
+    BenchPrompt("creative-poem", "creative", (
+        {"role": "user", "content": "Write a short poem about a lighthouse keeper who befriends a seagull."},)),
+    BenchPrompt("creative-story", "creative", (
+        {"role": "user", "content": "Write the opening paragraph of a mystery story set on a night train."},)),
+)
+
+
+class SuiteError(ValueError):
+    pass
+
+
+def load_suite(spec: str) -> list[BenchPrompt]:
+    if spec == "builtin":
+        return list(BUILTIN)
+    path = Path(spec)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SuiteError(f"{spec}: cannot read suite ({exc.strerror})") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            msgs = obj["messages"]
+            if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
+                                                     for m in msgs):
+                raise ValueError("messages must be a list of {role, content}")
+            out.append(BenchPrompt(str(obj.get("id", f"line{n}")), str(obj.get("task", "custom")), tuple(msgs)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SuiteError(f"{path.name}:{n}: not a suite line ({exc})") from None
+    if not out:
+        raise SuiteError(f"{path.name}: no prompts")
+    return out

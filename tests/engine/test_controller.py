@@ -1,0 +1,120 @@
+"""The controller speculates where it pays and falls back where it does not."""
+
+import pytest
+
+from specchat.engine.controller import CostModel, DraftController, Plan, expected_tokens
+from specchat.engine.events import RoundStats
+from specchat.engine.settings import ControllerSettings, Mode
+
+# measured on the 2-core reference machine (Qwen2.5-Coder 1.5B target, 0.5B draft)
+CPU = {1: 0.072, 2: 0.125, 3: 0.167, 5: 0.232, 9: 0.404}
+CPU_DRAFT = 0.040
+# a GPU: a batch of K+1 tokens costs about one token; a draft token is cheap
+GPU = {1: 0.020, 2: 0.0205, 3: 0.021, 5: 0.022, 9: 0.024}
+GPU_DRAFT = 0.003
+
+
+def controller(verify, draft, **settings) -> DraftController:
+    return DraftController(ControllerSettings(**settings), CostModel(verify, {"model": draft, "lookup": 0.0}))
+
+
+def round_stats(drafter, k, drafted, accepted, verify=0.02, draft=0.0):
+    return RoundStats(0, drafter, k, drafted, accepted, accepted + 1, draft, verify, 0.0001)
+
+
+def test_expected_tokens_per_round():
+    assert expected_tokens(0.0, 4) == 1
+    assert expected_tokens(1.0, 4) == 5
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_auto_never_drafts_with_a_model_that_cannot_pay_on_this_cpu():
+    c = controller(CPU, CPU_DRAFT)
+    assert not c.viable("model")
+    assert c.best_case_multiplier("model") < 1.0
+    for _ in range(200):  # not even to probe
+        plan = c.plan(Mode.AUTO, {"model": 8})
+        assert plan == Plan("none", 0)
+        c.observe(Mode.AUTO, plan, round_stats("none", 0, 0, 0, verify=0.072))
+
+
+def test_auto_drafts_deep_where_verification_is_cheap_and_acceptance_high():
+    c = controller(GPU, GPU_DRAFT)
+    assert c.viable("model")
+    for _ in range(16):
+        plan = c.plan(Mode.AUTO, {"model": 8})
+        c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, plan.k, verify=0.021))
+    plan = c.plan(Mode.AUTO, {"model": 8})
+    assert plan.drafter == "model"
+    assert plan.k >= 6
+
+
+def test_auto_shortens_the_draft_when_acceptance_drops():
+    c = controller(GPU, GPU_DRAFT)
+    for _ in range(16):
+        plan = c.plan(Mode.AUTO, {"model": 8})
+        c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, min(plan.k, 1), verify=0.021))
+    plan = c.plan(Mode.AUTO, {"model": 8})
+    assert plan.k <= 3
+
+
+def test_guard_rail_falls_back_with_a_reason_and_tries_again_later():
+    c = controller(GPU, GPU_DRAFT, window_rounds=8, cooldown_tokens=20)
+    events = []
+    for _ in range(8):  # 25% token acceptance: below the 50% rail
+        plan = c.plan(Mode.DRAFT, {"model": 8})
+        events += c.observe(Mode.DRAFT, plan, round_stats("model", 4, 4, 1))
+    assert len(events) == 1 and "token acceptance 25% < 50%" in events[0].reason
+    plan = c.plan(Mode.DRAFT, {"model": 8})
+    assert plan == Plan("none", 0, fallback=True)
+    for _ in range(20):  # 20 plain tokens of cooldown
+        c.observe(Mode.DRAFT, plan, round_stats("none", 0, 0, 0))
+    assert c.plan(Mode.DRAFT, {"model": 8}).drafter == "model"
+
+
+def test_sequence_acceptance_rail():
+    c = controller(GPU, GPU_DRAFT, window_rounds=8)
+    events = []
+    for i in range(8):  # 75% of tokens accepted, but only half the rounds fully
+        plan = c.plan(Mode.DRAFT, {"model": 8})
+        events += c.observe(Mode.DRAFT, plan, round_stats("model", 4, 4, 4 if i % 2 else 2))
+    assert any("sequence acceptance 50% < 60%" in e.reason for e in events)
+
+
+def test_frequent_fallback_raises_one_warning():
+    c = controller(GPU, GPU_DRAFT, window_rounds=4, cooldown_tokens=8)
+    warnings = []
+    for _ in range(60):
+        plan = c.plan(Mode.DRAFT, {"model": 8})
+        evs = c.observe(Mode.DRAFT, plan, round_stats(plan.drafter, plan.k, plan.k, 0))
+        warnings += [e for e in evs if e.warning]
+    assert len(warnings) == 1
+    assert "try a shorter draft" in warnings[0].reason
+
+
+def test_baseline_and_missing_drafters_decode_plainly():
+    c = controller(GPU, GPU_DRAFT)
+    assert c.plan(Mode.BASELINE, {"model": 8}) == Plan("none", 0)
+    assert c.plan(Mode.DRAFT, {}) == Plan("none", 0)
+    assert c.plan(Mode.LOOKUP, {"model": 8}) == Plan("none", 0)
+
+
+def test_lookup_is_only_used_when_it_has_a_proposal_and_pays():
+    c = controller(CPU, CPU_DRAFT, probe_interval_tokens=10_000)
+    # cheap drafter, verification sub-linear on this CPU: high acceptance pays
+    assert c.viable("lookup")
+    for _ in range(16):
+        c.windows["lookup"].add(4, 4)
+    assert c.plan(Mode.AUTO, {"lookup": 4}).drafter == "lookup"
+    c.windows["lookup"].clear()
+    for _ in range(16):
+        c.windows["lookup"].add(4, 0)
+    assert c.plan(Mode.AUTO, {"lookup": 4}) == Plan("none", 0)
+
+
+def test_costs_follow_measurements():
+    costs = CostModel({1: 0.02, 9: 0.10})
+    assert costs.verify(5) == pytest.approx(0.06)
+    for _ in range(50):
+        costs.observe_verify(5, 0.03)
+    assert costs.verify(5) == pytest.approx(0.03, rel=1e-3)
