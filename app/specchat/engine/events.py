@@ -8,17 +8,17 @@ threads without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class TokenOrigin(str, Enum):
+class TokenOrigin(StrEnum):
     """Where an emitted token came from."""
 
     DRAFT = "draft"  # proposed by a drafter and accepted by the target
     TARGET = "target"  # sampled by the target (correction, bonus or plain step)
 
 
-class StopReason(str, Enum):
+class StopReason(StrEnum):
     EOG = "eog"  # the model ended its turn
     STOP_STRING = "stop_string"
     MAX_TOKENS = "max_tokens"

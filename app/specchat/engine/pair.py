@@ -111,12 +111,12 @@ class SpeculativePair:
         prompt: Sequence[int],
         *,
         mode: Mode = Mode.AUTO,
-        sampling: SamplingSettings = SamplingSettings(),
+        sampling: SamplingSettings | None = None,
         max_tokens: int = 512,
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
     ) -> Iterator[Event]:
         from .generate import generate
 
-        return generate(self, list(prompt), mode=mode, sampling=sampling, max_tokens=max_tokens, stop=stop,
+        return generate(self, list(prompt), mode=mode, sampling=sampling or SamplingSettings(), max_tokens=max_tokens, stop=stop,
                         cancel=cancel)

@@ -6,10 +6,10 @@ Plain frozen dataclasses with defaults; the UI and the config file build them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     BASELINE = "baseline"  # plain decoding, no drafter
     DRAFT = "draft"  # a draft model proposes tokens
     LOOKUP = "lookup"  # n-gram prompt lookup proposes tokens

@@ -1,0 +1,108 @@
+"""The command-line contract of DESIGN.md, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def specchat(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specchat", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+def test_missing_model_file(tmp_path):
+    proc = specchat("chat", "--target", tmp_path / "none.gguf", "hi")
+    assert_one_line_error(proc, 2, "no such file")
+
+
+def test_text_file_named_gguf(tmp_path):
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("hello")
+    assert_one_line_error(specchat("chat", "--target", fake, "hi"), 2, "not a GGUF file")
+
+
+def test_truncated_model(tmp_path, smollm):
+    cut = tmp_path / "cut.gguf"
+    with smollm.open("rb") as src:
+        cut.write_bytes(src.read(20_000_000))
+    assert_one_line_error(specchat("chat", "--target", cut, "hi"), 2, "truncated")
+
+
+def test_bad_flag():
+    assert_one_line_error(specchat("chat", "--target", "x.gguf", "--mode", "turbo", "hi"), 2, "invalid choice")
+    assert_one_line_error(specchat("bench", "--target", "x.gguf", "--max-tokens", "0"), 2, "max-tokens")
+
+
+@pytest.mark.real_models
+def test_models_check_exit_codes(qwen_target, qwen_draft, gemma):
+    ok = specchat("models", "check", qwen_target, qwen_draft)
+    assert ok.returncode == 0 and ok.stdout.startswith("compatible")
+    bad = specchat("models", "check", qwen_target, gemma, "--json")
+    assert bad.returncode == 3
+    assert json.loads(bad.stdout) == {"compatible": False, "reason": "tokenizer type differs: 'gpt2' vs 'llama'"}
+
+
+@pytest.mark.real_models
+def test_chat_refuses_an_incompatible_pair(qwen_target, smollm):
+    proc = specchat("chat", "--target", qwen_target, "--draft", smollm, "hi")
+    assert_one_line_error(proc, 3, "cannot draft for", "vocabulary sizes differ")
+
+
+@pytest.mark.real_models
+def test_chat_streams_an_answer_and_ends_with_stats(smollm):
+    proc = specchat("chat", "--target", smollm, "--draft", smollm, "--mode", "draft", "--max-tokens", "24",
+                    "Count from 1 to 5.")
+    assert proc.returncode == 0, proc.stderr
+    *answer, stats = proc.stdout.strip().splitlines()
+    assert "3" in "\n".join(answer)
+    assert stats.startswith("-- ") and "tok/s" in stats and "draft accepted" in stats and "stop:" in stats
+
+
+@pytest.mark.real_models
+def test_bench_prints_the_table_and_writes_every_field(smollm, tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(
+        json.dumps({"id": "p1", "task": "code", "messages": [{"role": "user", "content": "Write hello world in C."}]})
+        + "\n"
+        + json.dumps({"id": "p2", "task": "chat", "messages": [{"role": "user", "content": "Say hi."}]})
+        + "\n"
+    )
+    out = tmp_path / "bench.json"
+    proc = specchat("bench", "--target", smollm, "--draft", smollm, "--suite", suite, "--max-tokens", "16",
+                    "--repeat", "2", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "decode tok/s" in proc.stdout and "x plain" in proc.stdout
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]
+    assert len(runs) == 2 * 2 * 4  # prompts x repeats x modes
+    fields = {"mode", "task", "prompt_id", "tokens", "token_ids", "output", "decode_tok_s", "prefill_tok_s",
+              "drafted", "accepted", "token_acceptance", "sequence_acceptance", "rounds", "decode_s", "draft_s",
+              "verify_s", "overhead_s"}
+    for run in runs:
+        assert fields <= run.keys()
+    assert {r["mode"] for r in runs} == {"baseline", "draft", "lookup", "auto"}
+    base = next(r for r in runs if r["mode"] == "baseline")
+    assert base["drafted"] == 0 and base["token_acceptance"] is None
+    # greedy self-drafting reproduces the plain output exactly
+    for r in runs:
+        twin = next(b for b in runs if b["mode"] == "baseline" and b["prompt_id"] == r["prompt_id"])
+        assert r["token_ids"] == twin["token_ids"]
+
+
+def test_bench_rejects_a_bad_suite(tmp_path, smollm):
+    suite = tmp_path / "bad.jsonl"
+    suite.write_text("{not json}\n")
+    assert_one_line_error(specchat("bench", "--target", smollm, "--modes", "baseline", "--suite", suite), 2, "bad.jsonl:1")
