@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -177,7 +179,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.engine.bench import format_table, raw_decode_rate, run_bench, summarize
+    from specchat.engine.bench import format_table, run_bench, summarize
     from specchat.engine.runtime import backend_info
     from specchat.engine.settings import Mode
     from specchat.engine.suite import SuiteError, load_suite
@@ -210,19 +212,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"  {run.prompt_id:<16} {run.mode:<9} #{run.repeat}: {run.tokens} tok, "
                   f"{run.decode_tok_s:.1f} tok/s{acc}", file=sys.stderr, flush=True)
 
-        runs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat, sampling=sampling,
-                         progress=progress)
+        reference = args.reference and Mode.BASELINE in modes
+        runs, refs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat,
+                               sampling=sampling, reference=reference, progress=progress)
         rows = summarize(runs, modes)
         print(format_table(rows))
-        reference = None
-        if args.reference:
-            first = pair.chat_prompt(list(prompts[0].messages)).tokens
-            reference = raw_decode_rate(pair, first, args.max_tokens)
-            base = next((r for r in rows if r.task == "all" and r.mode == "baseline"), None)
-            line = f"llama-bench-style raw decode: {reference:.1f} tok/s"
-            if base:
-                line += f"; baseline mode is {base.decode_tok_s / reference:.1%} of it"
-            print(line)
+        if refs:
+            ratios = sorted(r.ratio for r in refs)
+            raw = sum(r.tokens - 1 for r in refs) / sum((r.tokens - 1) / r.raw_decode_tok_s for r in refs)
+            print(f"llama-bench-style raw decode (same prompts, depth and token count, right after each baseline "
+                  f"run): {raw:.1f} tok/s; baseline/raw median {statistics.median(ratios):.1%} "
+                  f"(range {ratios[0]:.1%} to {ratios[-1]:.1%}, {len(refs)} pairs)")
         if args.json:
             doc = {
                 "target": args.target.name, "draft": args.draft.name if args.draft else None,
@@ -230,16 +230,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "threads": pair.target.n_threads, "ctx": pair.target.n_ctx, "temp": sampling.temperature,
                 "max_tokens": args.max_tokens, "repeat": args.repeat,
                 "calibration": {"verify_s": c.verify_s, "draft_s": c.draft_s},
-                "raw_decode_tok_s": reference,
-                "summary": [r.__dict__ if hasattr(r, "__dict__") else _row_dict(r) for r in rows],
+                "reference": [asdict(r) for r in refs],
+                "summary": [asdict(r) for r in rows],
                 "runs": [r.to_json() for r in runs],
             }
             args.json.write_text(json.dumps(doc, indent=1))
     return 0
-
-
-def _row_dict(row) -> dict:
-    return {f: getattr(row, f) for f in row.__slots__}
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -91,10 +91,26 @@ def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int,
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceRun:
+    """llama-bench-style raw decode right after a baseline run: same prompt, depth and token count."""
+
+    prompt_id: str
+    repeat: int
+    tokens: int
+    raw_decode_tok_s: float
+    baseline_decode_tok_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.baseline_decode_tok_s / self.raw_decode_tok_s if self.raw_decode_tok_s else 0.0
+
+
 def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequence[Mode], *, max_tokens: int,
-              repeat: int, sampling: SamplingSettings,
-              progress: Callable[[BenchRun], None] | None = None) -> list[BenchRun]:
-    runs = []
+              repeat: int, sampling: SamplingSettings, reference: bool = False,
+              progress: Callable[[BenchRun], None] | None = None) -> tuple[list[BenchRun], list[ReferenceRun]]:
+    runs: list[BenchRun] = []
+    refs: list[ReferenceRun] = []
     for prompt in prompts:
         for r in range(repeat):
             for mode in modes:
@@ -102,7 +118,11 @@ def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequ
                 runs.append(run)
                 if progress:
                     progress(run)
-    return runs
+                if reference and mode is Mode.BASELINE and run.tokens > 1:
+                    tokens = pair.chat_prompt(list(prompt.messages)).tokens
+                    raw = raw_decode_rate(pair, tokens, run.tokens - 1)
+                    refs.append(ReferenceRun(prompt.id, r, run.tokens, raw, run.decode_tok_s))
+    return runs, refs
 
 
 def median_runs(runs: Sequence[BenchRun]) -> list[BenchRun]:

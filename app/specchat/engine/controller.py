@@ -109,11 +109,13 @@ class AcceptanceWindow:
             return None
         return sum(1 for d, a in self.rounds if a == d) / len(self.rounds)
 
-    def per_token_rate(self, prior: float = 0.6, weight: float = 2.0) -> float:
+    def per_token_rate(self, prior: float = 0.5, weight: float = 2.0) -> float:
         """Estimate of the chance that the next drafted token is accepted.
 
         Rounds stop at the first rejection, so accepted / (accepted + rejections)
         is the right estimate; a weak prior keeps it sane with little data.
+        Once it has data, ``auto`` uses a pessimistic prior (0): it speculates on
+        evidence, not hope.
         """
         accepted = sum(a for _, a in self.rounds)
         rejections = sum(1 for d, a in self.rounds if a < d)
@@ -183,14 +185,28 @@ class DraftController:
                 continue
             if self._cooldown.get(name, 0) > 0:
                 continue
-            k, rate = self.costs.best_k(name, self.windows[name].per_token_rate(), 1, k_hi)
+            # no data yet: try it (neutral prior); with data: believe only the evidence
+            window = self.windows[name]
+            a = window.per_token_rate() if not window.rounds else window.per_token_rate(prior=0.0)
+            k, rate = self.costs.best_k(name, a, 1, k_hi)
             if rate > best_rate:
                 best, best_rate = Plan(name, k), rate
-            elif self._since_probe[name] >= s.probe_interval_tokens:
-                probe = Plan(name, min(2, k_hi), probe=True)
+            elif self._since_probe[name] >= self._probe_interval(name):
+                probe = Plan(name, 1, probe=True)
         if best.drafter == "none" and probe is not None:
             return probe
         return best
+
+    def _probe_interval(self, drafter: str) -> int:
+        """Tokens between exploration rounds of a drafter auto is not using.
+
+        A probe of the draft model first catches the draft up on every token it
+        missed, so it is only worth it where the best case is a clear win.
+        """
+        interval = self.settings.probe_interval_tokens
+        if drafter == "model":
+            return interval * 4 if self.best_case_multiplier("model") >= 1.2 else 1 << 30
+        return interval
 
     # -- learning ---------------------------------------------------------------
 
@@ -214,7 +230,8 @@ class DraftController:
         if plan.fallback:
             self.fallback_rounds += 1
         if r.drafted and plan.drafter in self.windows:
-            self.costs.observe_draft(plan.drafter, r.draft_s / r.drafted)
+            if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
+                self.costs.observe_draft(plan.drafter, r.draft_s / r.drafted)
             w = self.windows[plan.drafter]
             w.add(r.drafted, r.accepted)
             if w.full():

@@ -63,6 +63,7 @@ class RoundStats:
     draft_s: float
     verify_s: float
     overhead_s: float
+    catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
 
     @property
     def wall_s(self) -> float:

@@ -239,6 +239,7 @@ def generate(
                 index=round_index, drafter=plan.drafter if drafted else "none", k=plan.k if drafted else 0,
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
+                catch_up=drafter_model.last_catch_up if plan.drafter == "model" else 0,
             )
             round_index += 1
             if visible:

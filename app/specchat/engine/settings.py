@@ -54,8 +54,8 @@ class ControllerSettings:
     min_sequence_acceptance: float = 0.6  # below this over the window: fall back
     cooldown_tokens: int = 64  # plain tokens after a fallback before trying again
     fallback_warning_share: float = 0.15  # warn when more rounds than this fell back
-    probe_interval_tokens: int = 48  # auto: re-probe a drafter it has stopped using
-    min_gain: float = 1.03  # auto speculates only if it expects at least this speed-up
+    probe_interval_tokens: int = 64  # auto: re-probe a drafter it has stopped using (x4 for a model)
+    min_gain: float = 1.05  # auto speculates only if it expects at least this speed-up
 
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max <= 32:
