@@ -80,12 +80,33 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--reference", action="store_true",
                        help="also measure llama-bench-style raw decode speed (no sampling, no loop)")
 
-    models = sub.add_parser("models", help="check, list and fetch models")
+    models = sub.add_parser("models", help="the model manager: list, pull, import, check, fit")
     msub = models.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
-    check = msub.add_parser("check", help="can DRAFT serve TARGET? exit 0 yes, 3 no")
-    check.add_argument("target", type=Path)
-    check.add_argument("draft", type=Path)
+    lst = msub.add_parser("list", help="catalog pairs and installed models")
+    lst.add_argument("--json", action="store_true")
+    pull = msub.add_parser("pull", help="download a catalog pair (or owner/repo/file.gguf) from the hub")
+    pull.add_argument("pair", help="a pair id from 'models list', or owner/repo/file.gguf")
+    pull.add_argument("--draft-index", type=int, default=0, help="which of the pair's drafts (default: first)")
+    pull.add_argument("--no-check", action="store_true", help="skip the header-only compatibility check")
+    imp = msub.add_parser("import", help="validate local GGUF files and add them to the registry")
+    imp.add_argument("paths", nargs="+", type=Path)
+    imp.add_argument("--json", action="store_true")
+    check = msub.add_parser("check", help="can DRAFT serve TARGET? exit 0 yes, 3 no (files or owner/repo/file)")
+    check.add_argument("target")
+    check.add_argument("draft")
     check.add_argument("--json", action="store_true")
+    fit = msub.add_parser("fit", help="will TARGET [DRAFT] fit in this machine's memory?")
+    fit.add_argument("target", type=Path)
+    fit.add_argument("draft", type=Path, nargs="?")
+    fit.add_argument("--ctx", type=_positive_int, default=4096)
+    fit.add_argument("--flash-attn", action="store_true")
+    fit.add_argument("--json", action="store_true")
+    add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
+    add.add_argument("id")
+    add.add_argument("--target", required=True, help="owner/repo/file.gguf")
+    add.add_argument("--draft", action="append", default=[], help="owner/repo/file.gguf (repeatable)")
+    add.add_argument("--name", default="")
+    add.add_argument("--task", default="chat")
     return parser
 
 
@@ -239,20 +260,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from specchat.models.compatibility import check_pair
-    from specchat.models.gguf_header import GGUFError
+    from specchat.cli_models import run_models
 
-    if args.models_command == "check":
-        try:
-            verdict = check_pair(args.target, args.draft)
-        except GGUFError as exc:
-            raise CliError(str(exc)) from None
-        if args.json:
-            print(json.dumps({"compatible": verdict.compatible, "reason": verdict.reason}))
-        else:
-            print(("compatible: " if verdict else "incompatible: ") + verdict.reason)
-        return 0 if verdict else EXIT_INCOMPATIBLE
-    raise CliError(f"unknown models command {args.models_command}")
+    return run_models(args)
 
 
 def main(argv: list[str] | None = None) -> int:

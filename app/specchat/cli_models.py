@@ -1,0 +1,189 @@
+"""``specchat models ...``: the model manager on the command line.
+
+Exit codes (DESIGN.md): 0 fine, 2 bad input (a missing, truncated or non-GGUF
+file, a bad reference, a failed download), 3 an incompatible pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from specchat.cli import EXIT_INCOMPATIBLE, CliError
+from specchat.models.catalog import CatalogError, CatalogModel, add_user_pair, find_pair, load_catalog
+from specchat.models.compatibility import check_pair
+from specchat.models.fit import GIB, estimate_files, fit_pair, free_memory
+from specchat.models.gguf_header import GGUFError
+from specchat.models.registry import Registry
+
+
+def _is_local(ref: str) -> bool:
+    return Path(ref).exists() or not ref.endswith(".gguf") or ref.startswith((".", "/", "~"))
+
+
+def _gb(n: int | None) -> str:
+    return "?" if not n else f"{n / 1e9:.1f} GB"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    pairs = load_catalog()
+    installed = Registry().models()
+    if args.json:
+        print(json.dumps({
+            "pairs": [{"id": p.id, "name": p.name, "target": p.target.ref, "drafts": [d.ref for d in p.drafts],
+                       "size": p.size, "licence": p.licence, "gated": p.gated, "task": p.task, "user": p.user}
+                      for p in pairs],
+            "installed": [asdict(m) | {"current": m.is_current()} for m in installed],
+        }, indent=1))
+        return 0
+    print("Catalog (specchat models pull ID):")
+    for p in pairs:
+        mark = " [yours]" if p.user else ""
+        print(f"  {p.id:<20} {_gb(p.size):>8}  {p.name}{mark}")
+        if p.gated:
+            print(f"  {'':<20} {'':>8}  note: {p.gated}")
+    print("\nInstalled:" if installed else "\nInstalled: none yet")
+    for m in installed:
+        state = "" if m.is_current() else "  (changed or missing on disk)"
+        print(f"  {m.name:<40} {_gb(m.size):>8}  {m.path}{state}")
+    return 0
+
+
+def _progress_printer():
+    last = [0.0]
+
+    def show(p) -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.5 and p.done_bytes < p.total_bytes:
+            return
+        last[0] = now
+        eta = "" if p.eta_s is None else f", {p.eta_s:.0f} s left"
+        pct = p.done_bytes / p.total_bytes if p.total_bytes else 0
+        print(f"\r  {p.filename} ({p.file_index + 1}/{p.file_count}): {pct:.0%} of {_gb(p.total_bytes)} "
+              f"at {p.rate_bytes_s / 1e6:.1f} MB/s{eta}    ", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from specchat.models.hub import DownloadError, download_files
+    from specchat.models.remote import check_remote_pair
+
+    try:
+        if args.pair.endswith(".gguf"):
+            files = [CatalogModel.parse(args.pair)]
+        else:
+            pair = find_pair(args.pair, load_catalog())
+            if pair.drafts and not 0 <= args.draft_index < len(pair.drafts):
+                raise CliError(f"{pair.id} has {len(pair.drafts)} draft(s); --draft-index out of range")
+            files = [pair.target] + ([pair.drafts[args.draft_index]] if pair.drafts else [])
+    except CatalogError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        if len(files) == 2 and not args.no_check:
+            verdict, fetched = check_remote_pair(files[0].hub_file(), files[1].hub_file())
+            print(f"header check ({fetched / 1e6:.1f} MB read): "
+                  + ("compatible" if verdict else f"incompatible: {verdict.reason}"), file=sys.stderr)
+            if not verdict:
+                return EXIT_INCOMPATIBLE
+        paths = download_files([f.hub_file() for f in files], progress=_progress_printer())
+    except DownloadError as exc:
+        print(file=sys.stderr)
+        raise CliError(str(exc)) from None
+    print(file=sys.stderr)
+    registry = Registry()
+    for f, path in zip(files, paths, strict=True):
+        registry.add(path, source=f.ref)
+        print(path)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    registry = Registry()
+    failed = 0
+    results = []
+    for path in args.paths:
+        try:
+            m = registry.add(path)
+            results.append({"path": m.path, "ok": True, "name": m.name})
+            if not args.json:
+                print(f"imported {m.name} ({_gb(m.size)}): {m.path}")
+        except GGUFError as exc:
+            failed += 1
+            results.append({"path": str(path), "ok": False, "reason": str(exc)})
+            if not args.json:
+                print(f"specchat: {exc}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 2 if failed else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    fetched = None
+    try:
+        if _is_local(args.target) and _is_local(args.draft):
+            verdict = check_pair(args.target, args.draft)
+        else:
+            from specchat.models.remote import check_remote_pair
+
+            verdict, fetched = check_remote_pair(CatalogModel.parse(args.target).hub_file(),
+                                                 CatalogModel.parse(args.draft).hub_file())
+    except GGUFError as exc:
+        raise CliError(str(exc)) from None
+    except CatalogError as exc:
+        raise CliError(str(exc)) from None
+    except Exception as exc:  # DownloadError from the remote check
+        if type(exc).__name__ in ("DownloadError", "DownloadCancelled"):
+            raise CliError(str(exc)) from None
+        raise
+    if args.json:
+        doc = {"compatible": verdict.compatible, "reason": verdict.reason}
+        if fetched is not None:
+            doc["bytes_read"] = fetched
+        print(json.dumps(doc))
+    else:
+        print(("compatible: " if verdict else "incompatible: ") + verdict.reason)
+    return 0 if verdict else EXIT_INCOMPATIBLE
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    paths = [args.target] + ([args.draft] if args.draft else [])
+    try:
+        models = estimate_files(paths, n_ctx=args.ctx, flash_attn=args.flash_attn)
+    except GGUFError as exc:
+        raise CliError(str(exc)) from None
+    vram, ram = free_memory()
+    verdict = fit_pair(models, free_vram=vram, free_ram=ram)
+    if args.json:
+        print(json.dumps({
+            "fits": verdict.fits, "gpu_layers": verdict.gpu_layers, "summary": verdict.summary,
+            "needed": verdict.needed, "free_vram": vram, "free_ram": ram,
+            "models": [{"name": m.name, "weights": m.weights, "kv_cache": m.kv_cache, "compute": m.compute,
+                        "total": m.total} for m in models],
+        }, indent=1))
+    else:
+        for m in models:
+            print(f"{m.name}: weights {m.weights / GIB:.2f} GiB, KV cache {m.kv_cache / GIB:.2f} GiB "
+                  f"at {args.ctx} tokens, compute {m.compute / GIB:.2f} GiB")
+        print(verdict.summary)
+    return 0 if verdict.fits else 1
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    try:
+        target = CatalogModel.parse(args.target)
+        drafts = [CatalogModel.parse(d) for d in args.draft]
+        path = add_user_pair(args.id, target, drafts, name=args.name, task=args.task)
+    except CatalogError as exc:
+        raise CliError(str(exc)) from None
+    print(f"added '{args.id}' to {path}")
+    return 0
+
+
+def run_models(args: argparse.Namespace) -> int:
+    return {"list": cmd_list, "pull": cmd_pull, "import": cmd_import, "check": cmd_check, "fit": cmd_fit,
+            "add": cmd_add}[args.models_command](args)

@@ -1,0 +1,152 @@
+"""Will this pair fit?  Weights, both KV caches and compute buffers against free memory.
+
+Everything comes from the GGUF headers (no model is loaded): the tensor table
+gives the weight bytes per layer, the hyper-parameters give the KV cache size
+at a context length.  The compute-buffer term follows llama.cpp's graph: the
+attention scores of one micro-batch (unless flash attention), the feed-forward
+activations, and the logits buffer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .gguf_header import GGUFHeader, read_file_header
+
+GIB = 1024**3
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMemory:
+    name: str
+    weights: int  # bytes of all tensors
+    per_layer: int  # weights of one repeating layer (average)
+    n_layers: int
+    kv_cache: int  # bytes at the requested context
+    compute: int  # compute buffers and outputs
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+    def layer_bytes(self) -> int:
+        """Memory one offloaded layer takes on the GPU: its weights and its share of the KV cache."""
+        return self.per_layer + (self.kv_cache // self.n_layers if self.n_layers else 0)
+
+
+def _int(header: GGUFHeader, key: str, default: int = 0) -> int:
+    v = header.arch_get(key, default)
+    if isinstance(v, list):  # per-layer values (some hybrid models): take the largest
+        v = max(v) if v else default
+    return int(v or default)
+
+
+def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
+                   flash_attn: bool = False, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
+    n_layers = _int(header, "block_count")
+    n_embd = _int(header, "embedding_length")
+    n_head = max(_int(header, "attention.head_count", 1), 1)
+    n_head_kv = _int(header, "attention.head_count_kv", n_head) or n_head
+    head_k = _int(header, "attention.key_length", n_embd // n_head)
+    head_v = _int(header, "attention.value_length", n_embd // n_head)
+    n_ff = _int(header, "feed_forward_length", 4 * n_embd)
+    tokens = header.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens) if isinstance(tokens, list) else _int(header, "vocab_size", 32000)
+
+    layers: dict[int, int] = {}
+    for t in header.tensors:
+        m = _LAYER.match(t.name)
+        if m:
+            layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + t.n_bytes
+    weights = header.tensor_data_bytes
+    per_layer = sum(layers.values()) // len(layers) if layers else 0
+
+    kv = int(n_layers * n_ctx * n_head_kv * (head_k + head_v) * kv_bytes_per_value)
+    ub = min(n_ubatch, n_ctx)
+    attention_scores = 0 if flash_attn else ub * n_ctx * n_head * 4
+    activations = ub * (2 * n_ff + 4 * n_embd) * 4
+    logits = n_outputs * n_vocab * 4
+    compute = attention_scores + activations + logits
+    return ModelMemory(name or str(header.get("general.name", "model")), weights, per_layer, n_layers, kv, compute)
+
+
+@dataclass(frozen=True, slots=True)
+class FitVerdict:
+    fits: bool
+    gpu_layers: int | None  # None: CPU only
+    summary: str  # one line for the user
+    models: tuple[ModelMemory, ...] = field(default_factory=tuple)
+    available: int = 0
+    device: str = "RAM"
+
+    @property
+    def needed(self) -> int:
+        return sum(m.total for m in self.models)
+
+
+def _gb(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def fit_pair(models: list[ModelMemory], *, free_vram: int | None, free_ram: int,
+             margin: float = 0.10) -> FitVerdict:
+    """Where the pair fits: fully on the GPU, with N target layers on it, on the CPU, or not at all.
+
+    ``margin`` keeps some of the free memory back for the driver, the app and the OS.
+    """
+    need = sum(m.total for m in models)
+    parts = " + ".join(f"{m.name} {_gb(m.weights)} weights, {_gb(m.kv_cache)} KV" for m in models)
+    if free_vram is not None:
+        usable = int(free_vram * (1 - margin))
+        if need <= usable:
+            return FitVerdict(True, -1, f"fits on the GPU: needs {_gb(need)} of {_gb(free_vram)} free ({parts})",
+                              tuple(models), free_vram, "VRAM")
+        # offload as many target layers (weights + their KV) as fit next to the target's compute
+        # buffer; the draft, the embeddings and the other layers stay in RAM
+        target = models[0]
+        layer = target.layer_bytes()
+        n = max(0, min(target.n_layers, (usable - target.compute) // layer if layer else 0))
+        ram_need = need - n * layer - (target.compute if n else 0)
+        if n > 0 and ram_need <= free_ram * (1 - margin):
+            return FitVerdict(True, int(n), f"fits with {n} of {target.n_layers} target layers on the GPU "
+                              f"({_gb(free_vram)} VRAM free; {_gb(ram_need)} in RAM)", tuple(models), free_vram,
+                              "VRAM")
+    if need <= free_ram * (1 - margin):
+        where = "on the CPU" if free_vram is None else "on the CPU only (too little VRAM)"
+        return FitVerdict(True, 0 if free_vram is not None else None,
+                          f"fits {where}: needs {_gb(need)} of {_gb(free_ram)} free RAM ({parts})",
+                          tuple(models), free_ram, "RAM")
+    return FitVerdict(False, None, f"does not fit: needs {_gb(need)}, {_gb(free_ram)} RAM free"
+                      + (f", {_gb(free_vram)} VRAM free" if free_vram is not None else "") + f" ({parts})",
+                      tuple(models), free_ram, "RAM")
+
+
+def free_memory() -> tuple[int | None, int]:
+    """(free VRAM of GPU 0 from NVML, or None without an NVIDIA GPU; available RAM)."""
+    import psutil
+
+    ram = int(psutil.virtual_memory().available)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            vram = int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no GPU, no NVML: CPU only
+        vram = None
+    return vram, ram
+
+
+def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = False) -> list[ModelMemory]:
+    out = []
+    for i, p in enumerate(paths):
+        h = read_file_header(p)
+        out.append(estimate_model(h, n_ctx=n_ctx, flash_attn=flash_attn, n_outputs=16 if i == 0 else 1,
+                                  name=Path(p).name))
+    return out

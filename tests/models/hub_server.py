@@ -1,0 +1,291 @@
+"""A local stand-in for the Hugging Face hub's file download protocol, for tests.
+
+Tests never reach a model hub (DESIGN.md).  This is a real HTTP server on 127.0.0.1 that
+answers ``HEAD`` and ``GET /{repo_id}/resolve/{revision}/{filename}`` the way the hub
+answers for an LFS file, which is what huggingface_hub reads:
+
+- ``X-Repo-Commit``: the commit the revision resolves to (one fixed commit here; the
+  branch ``main`` and that commit hash are both accepted as revisions);
+- ``ETag`` and ``X-Linked-Etag``: the file's sha256 in quotes (an LFS file's etag is its
+  content hash, which is also the blob's name in the cache);
+- ``Content-Length`` and ``X-Linked-Size``, ``Accept-Ranges: bytes``, and ``206 Partial
+  Content`` with ``Content-Range`` for a ``Range: bytes=a-b`` / ``bytes=a-`` request;
+- errors with the hub's ``X-Error-Code`` header (``GatedRepo`` with 401 without a token
+  and 403 with one it does not accept, ``RepoNotFound``, ``RevisionNotFound``,
+  ``EntryNotFound``), which is how ``hf_raise_for_status`` tells them apart.
+
+Switches for the failure paths: gate a repo; cut the connection of the next GET after N
+body bytes (an interrupted download); hold the next GET after N bytes until released
+(so a test can kill a client at a known point); serve a corrupted copy of a file (one
+byte flipped, same size and etag, so only a hash check can tell).  Counters: body bytes
+sent per file and a log of every request with its Range header.
+
+The files are served from their paths (the real test models in the user cache), read
+block by block, never loaded whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+COMMIT = "5f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"
+BLOCK = 1 << 20
+_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)$")
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class ServedFile:
+    path: Path
+    size: int
+    sha256: str
+    corrupt: bool = False
+
+    @property
+    def corrupt_offset(self) -> int:
+        return self.size // 3  # the flipped byte, when serving a corrupted copy
+
+
+@dataclass
+class Request:
+    """One request as the server saw it; ``sent`` grows while the body streams."""
+
+    method: str
+    repo_id: str
+    filename: str
+    range: str | None
+    status: int = 0
+    sent: int = 0
+    authorization: str | None = None
+
+
+@dataclass
+class _GetFault:
+    after: int  # body bytes
+    kind: str  # "drop" or "hold"
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+class HubServer:
+    """The server and its switches; use as a context manager or call start()/stop()."""
+
+    def __init__(self) -> None:
+        self.files: dict[tuple[str, str], ServedFile] = {}
+        self.gated: dict[str, frozenset[str]] = {}  # repo -> tokens that have access
+        self.requests: list[Request] = []
+        self._fault: _GetFault | None = None
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def add_file(self, repo_id: str, filename: str, path: Path, sha256: str | None = None) -> None:
+        """Serve ``path`` as ``filename`` in ``repo_id``; pass the sha256 when known (saves hashing)."""
+        path = Path(path)
+        if sha256 is None:
+            with path.open("rb") as f:
+                sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+        self.files[(repo_id, filename)] = ServedFile(path, path.stat().st_size, sha256)
+
+    def gate(self, repo_id: str, allowed_tokens: tuple[str, ...] = ()) -> None:
+        self.gated[repo_id] = frozenset(allowed_tokens)
+
+    def corrupt(self, repo_id: str, filename: str, on: bool = True) -> None:
+        self.files[(repo_id, filename)].corrupt = on
+
+    def drop_next_get_after(self, n_bytes: int) -> None:
+        """The next GET sends ``n_bytes`` of body, then the connection is cut."""
+        self._fault = _GetFault(n_bytes, "drop")
+
+    def hold_next_get_after(self, n_bytes: int) -> threading.Event:
+        """The next GET sends ``n_bytes`` of body, then waits until the returned event is set."""
+        self._fault = _GetFault(n_bytes, "hold")
+        return self._fault.release
+
+    def reset(self) -> None:
+        """Back to a plain server: no gates, faults or corruption, counters cleared."""
+        with self._lock:
+            self.requests.clear()
+            self.gated.clear()
+            if self._fault is not None:
+                self._fault.release.set()
+            self._fault = None
+            for f in self.files.values():
+                f.corrupt = False
+
+    # -- what happened ----------------------------------------------------------------------
+
+    def gets(self, repo_id: str, filename: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.method == "GET" and (r.repo_id, r.filename) == (repo_id, filename)]
+
+    def sent(self, repo_id: str, filename: str) -> int:
+        """Body bytes sent for this file since the last reset."""
+        return sum(r.sent for r in self.gets(repo_id, filename))
+
+    def total_sent(self) -> int:
+        with self._lock:
+            return sum(r.sent for r in self.requests)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> HubServer:
+        handler = type("Handler", (_Handler,), {"hub": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="hub-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._fault is not None:
+            self._fault.release.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- used by the handler ----------------------------------------------------------------
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _add_sent(self, request: Request, n: int) -> None:
+        with self._lock:
+            request.sent += n
+
+    def _take_fault(self) -> _GetFault | None:
+        with self._lock:
+            fault, self._fault = self._fault, None
+            return fault
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: HubServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as huggingface_hub's client expects
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        m = _RESOLVE.match(self.path.split("?", 1)[0])
+        if m is None:
+            return self._error(404, "RepoNotFound", "Repository not found.")
+        repo, revision, filename = m["repo"], unquote(m["revision"]), unquote(m["filename"])
+        request = Request(self.command, repo, filename, self.headers.get("Range"),
+                          authorization=self.headers.get("Authorization"))
+        self.hub._record(request)
+        repos = {r for r, _ in self.hub.files}
+        if repo not in repos:
+            return self._error(404, "RepoNotFound", "Repository not found.", request)
+        if repo in self.hub.gated:
+            token = (request.authorization or "").removeprefix("Bearer ").strip()
+            if token not in self.hub.gated[repo]:
+                status = 403 if token else 401
+                return self._error(status, "GatedRepo",
+                                   f"Access to model {repo} is restricted. You must have access to it and be "
+                                   "authenticated to access it. Please log in.", request)
+        if revision not in ("main", COMMIT):
+            return self._error(404, "RevisionNotFound", "Invalid rev id: " + revision, request)
+        served = self.hub.files.get((repo, filename))
+        if served is None:
+            return self._error(404, "EntryNotFound", f"{filename} does not exist on \"{revision}\"", request)
+
+        start, end = 0, served.size - 1
+        status = 200
+        if body and request.range is not None:
+            r = _RANGE.match(request.range.strip())
+            if r is None or int(r[1]) >= served.size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{served.size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                request.status = 416
+                return
+            start = int(r[1])
+            end = min(int(r[2]), served.size - 1) if r[2] else served.size - 1
+            status = 206
+        request.status = status
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(end - start + 1))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{served.size}")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{served.sha256}"')
+        self.send_header("X-Linked-Etag", f'"{served.sha256}"')
+        self.send_header("X-Linked-Size", str(served.size))
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()
+        if body:
+            self._send_body(served, start, end, request)
+
+    def _send_body(self, served: ServedFile, start: int, end: int, request: Request) -> None:
+        fault = self.hub._take_fault()
+        pos = start
+        try:
+            with served.path.open("rb") as f:
+                f.seek(start)
+                while pos <= end:
+                    if fault is not None and pos - start >= fault.after:
+                        self.wfile.flush()
+                        if fault.kind == "drop":
+                            self.close_connection = True
+                            self.connection.shutdown(socket.SHUT_RDWR)  # the client sees a cut body
+                            return
+                        fault.release.wait(timeout=120)
+                        fault = None
+                    n = min(BLOCK, end - pos + 1)
+                    if fault is not None:
+                        n = min(n, fault.after - (pos - start))
+                    block = bytearray(f.read(n))
+                    if served.corrupt and pos <= served.corrupt_offset < pos + len(block):
+                        block[served.corrupt_offset - pos] ^= 0xFF
+                    self.wfile.write(block)
+                    self.hub._add_sent(request, len(block))
+                    pos += len(block)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away (cancelled or killed)
+
+    def _error(self, status: int, code: str, message: str, request: Request | None = None) -> None:
+        if request is not None:
+            request.status = status
+        body = f'{{"error": "{message}"}}'.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        if code == "EntryNotFound":
+            self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
