@@ -1,0 +1,183 @@
+"""The one long-lived generation thread that owns the loaded models.
+
+llama.cpp contexts are not thread-safe, so exactly one thread ever touches
+them: a QThread running :class:`GenerationWorker`.  The GUI asks through
+queued signals and gets back the engine's frozen events, stamped with the
+request id so a window can drop results of a request it has moved past
+(Orange3's rule: one task at a time, stale results never reach the screen).
+Stop is a thread-safe :class:`CancelToken` the engine checks between rounds,
+so it takes effect within one round even while the worker is busy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from specchat.engine import Done, Error, Mode, SamplingSettings, StopReason
+from specchat.engine.events import GenerationStats
+from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
+from specchat.engine.runtime import LlamaError, backend_info
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: int
+    messages: tuple[dict[str, str], ...]
+    mode: Mode = Mode.AUTO
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    max_tokens: int = 1024
+    reasoning: bool | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The prompt is tokenized; decoding begins."""
+
+    prompt_tokens: int
+    starts_in_reasoning: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PairInfo:
+    target: str
+    draft: str | None
+    backend: str
+    n_ctx: int
+    supports_reasoning_switch: bool
+    speculation_blocked: str
+    verify_ms: dict[int, float]
+    draft_ms: float | None
+    target_bytes: int
+    draft_bytes: int
+
+
+class GenerationWorker(QObject):
+    """Lives in the generation thread; its slots run there."""
+
+    pairLoaded = Signal(object)  # PairInfo
+    pairFailed = Signal(str)
+    event = Signal(int, object)  # request id, engine event or Started
+
+    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair) -> None:
+        super().__init__()
+        self._factory = pair_factory
+        self._pair: SpeculativePair | None = None
+
+    @Slot(object)
+    def load(self, config: PairConfig) -> None:
+        self.unload()
+        try:
+            pair = self._factory(config)
+        except LlamaError as exc:
+            self.pairFailed.emit(str(exc))
+            return
+        except Exception as exc:  # never kill the app: report it
+            self.pairFailed.emit(f"could not load the models: {exc}")
+            return
+        self._pair = pair
+        info = backend_info()
+        self.pairLoaded.emit(PairInfo(
+            target=pair.target.path.name, draft=pair.draft.path.name if pair.draft else None,
+            backend=info["backend"], n_ctx=pair.target.n_ctx,
+            supports_reasoning_switch=pair.chat_format.supports_reasoning_switch,
+            speculation_blocked=pair.speculation_blocked,
+            verify_ms={n: v * 1e3 for n, v in pair.costs.verify_s.items()},
+            draft_ms=pair.costs.draft_s["model"] * 1e3 if "model" in pair.costs.draft_s else None,
+            target_bytes=pair.target.size_bytes, draft_bytes=pair.draft.size_bytes if pair.draft else 0,
+        ))
+
+    @Slot()
+    def unload(self) -> None:
+        if self._pair is not None:
+            self._pair.close()
+            self._pair = None
+
+    @Slot(object, object)
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> None:
+        rid = request.request_id
+        if self._pair is None:
+            self._fail(rid, "no model is loaded: pick a model pair first")
+            return
+        try:
+            prompt = self._pair.chat_prompt(list(request.messages), reasoning=request.reasoning)
+            self.event.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
+            for ev in self._pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
+                                          max_tokens=request.max_tokens, stop=request.stop, cancel=cancel):
+                self.event.emit(rid, ev)
+        except Exception as exc:  # every worker exception becomes an error event
+            traceback.print_exc()
+            self._fail(rid, f"generation failed: {exc}")
+
+    def _fail(self, rid: int, message: str) -> None:
+        empty = GenerationStats("", 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0)
+        self.event.emit(rid, Error(message))
+        self.event.emit(rid, Done(StopReason.ERROR, empty, message))
+
+
+class GenerationService(QObject):
+    """GUI-side handle: owns the thread and the worker, hands out request ids and cancel tokens.
+
+    Not a widget: windows receive it, so tests can drive it without a window.
+    """
+
+    # forwarded from the worker (queued into the GUI thread)
+    pairLoaded = Signal(object)
+    pairFailed = Signal(str)
+    event = Signal(int, object)
+    # private: requests into the worker thread
+    _load = Signal(object)
+    _generate = Signal(object, object)
+    _unload = Signal()
+
+    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._ids = itertools.count(1)
+        self._cancel: CancelToken | None = None
+        self.current_request = 0
+        self._thread = QThread()
+        self._thread.setObjectName("specchat-generation")
+        self._worker = GenerationWorker(pair_factory)
+        self._worker.moveToThread(self._thread)
+        self._load.connect(self._worker.load)
+        self._generate.connect(self._worker.generate)
+        self._unload.connect(self._worker.unload)
+        self._worker.pairLoaded.connect(self.pairLoaded)
+        self._worker.pairFailed.connect(self.pairFailed)
+        self._worker.event.connect(self._on_event)
+        self._thread.start()
+
+    def load(self, config: PairConfig) -> None:
+        self.cancel()
+        self._load.emit(config)
+
+    def submit(self, **request) -> int:
+        """Start a generation (cancelling any running one); returns its request id."""
+        self.cancel()
+        rid = next(self._ids)
+        self.current_request = rid
+        self._cancel = CancelToken()
+        self._generate.emit(GenerationRequest(request_id=rid, **request), self._cancel)
+        return rid
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    def _on_event(self, rid: int, ev: object) -> None:
+        if rid == self.current_request:  # results of an abandoned request never reach the screen
+            self.event.emit(rid, ev)
+
+    def shutdown(self, timeout_ms: int = 10_000) -> None:
+        """Stop the running answer, free the models in their thread, and end the thread."""
+        self.cancel()
+        self.current_request = 0
+        self._unload.emit()
+        self._thread.quit()
+        self._thread.wait(timeout_ms)
