@@ -233,8 +233,13 @@ def generate(
             visible = emitted[:-1] if ended else emitted
             history.extend(emitted)
             n_generated += len(visible)
-            text, hit = stream.push(b"".join(target.piece(t) for t in visible))
-            origins = tuple(_DRAFT if i < m else _TARGET for i in range(len(visible)))
+            # one event per origin (accepted draft tokens, then the target's own), so a view can tint them
+            chunks: list[TokensEmitted] = []
+            hit = False
+            for part, origin in ((visible[:m], _DRAFT), (visible[m:], _TARGET)):
+                if part and not hit:
+                    text, hit = stream.push(b"".join(target.piece(t) for t in part))
+                    chunks.append(TokensEmitted(tuple(part), (origin,) * len(part), text))
             round_stats = RoundStats(
                 index=round_index, drafter=plan.drafter if drafted else "none", k=plan.k if drafted else 0,
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
@@ -242,8 +247,7 @@ def generate(
                 catch_up=drafter_model.last_catch_up if plan.drafter == "model" else 0,
             )
             round_index += 1
-            if visible:
-                yield TokensEmitted(tuple(visible), origins, text)
+            yield from chunks
             yield round_stats
             totals.add(round_stats, plan.fallback)
             for fb in controller.observe(mode, plan, round_stats):

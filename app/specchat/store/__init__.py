@@ -1,0 +1,47 @@
+"""Persistence: chats, their settings, messages with stats, app settings, task statistics.
+
+Qt-free (stdlib sqlite3).  The GUI thread opens the one :class:`Store` with
+:func:`open_store` and is its only user; the generation worker hands its events to the
+GUI thread, which streams an answer into the database through an :class:`AnswerWriter`
+(committed twice a second, so a crash or a kill loses at most about half a second of
+tokens).  At the next open, an answer that was interrupted is marked "stopped" and keeps
+its text.
+"""
+
+from .chats import (
+    ANSWER_STATES,
+    SPECULATION_MODES,
+    AnswerWriter,
+    Chat,
+    ChatSettings,
+    Message,
+    MessageStats,
+    Store,
+    normalize_task_tag,
+    origin_chars,
+)
+from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available, open_store
+from .task_stats import PLAIN_MODES, TASK_TAGS, TaskRow, reset_task_stats, task_table
+
+__all__ = [
+    "ANSWER_STATES",
+    "PLAIN_MODES",
+    "SCHEMA_VERSION",
+    "SPECULATION_MODES",
+    "TASK_TAGS",
+    "AnswerWriter",
+    "Chat",
+    "ChatSettings",
+    "Message",
+    "MessageStats",
+    "Store",
+    "StoreError",
+    "TaskRow",
+    "default_path",
+    "fts5_available",
+    "normalize_task_tag",
+    "open_store",
+    "origin_chars",
+    "reset_task_stats",
+    "task_table",
+]

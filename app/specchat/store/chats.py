@@ -1,0 +1,388 @@
+"""Chats, their settings, messages and app settings, on one SQLite connection.
+
+The GUI thread owns the :class:`Store` (see ``db.py`` for the one-connection-per-thread
+rule).  A streaming answer is written through an :class:`AnswerWriter`, which buffers
+tokens in memory and commits them at most every ``flush_interval`` seconds: a commit
+per token would cost more than the tokens on a fast GPU, and a kill then loses at most
+the last interval of text.  An answer that was still "streaming" when the process died
+is turned into "stopped" at the next open, keeping its text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from . import task_stats
+from .db import FTS_TABLE, transaction
+from .records import (
+    FINAL_STATES,
+    ROLES,
+    Chat,
+    ChatSettings,
+    Message,
+    MessageStats,
+    origin_chars,
+)
+
+log = logging.getLogger(__name__)
+
+_WORD_CHAR = re.compile(r"[^\W_]")  # what FTS5's unicode61 tokenizer keeps as part of a token
+
+
+class Store:
+    """The app's persistent state.  Build it with :func:`specchat.store.open_store`."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        fts: bool,
+        flush_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.connection = conn
+        self.uses_fts = fts  # False: search falls back to substring matching
+        self.flush_interval = flush_interval  # default for AnswerWriter
+        self.clock = clock  # monotonic, for flush timing
+        self.now = now  # wall clock, for the timestamps users see
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- chats --------------------------------------------------------------------------
+
+    def create_chat(self, title: str = "New chat", settings: ChatSettings | None = None) -> Chat:
+        settings = settings or ChatSettings()
+        settings.validate()
+        now = self.now()
+        with transaction(self.connection) as conn:
+            cur = conn.execute(
+                "INSERT INTO chats (title, created_at, updated_at, settings) VALUES (?, ?, ?, ?)",
+                (_clean_title(title), now, now, settings.to_json()),
+            )
+        return self.get_chat(cur.lastrowid)
+
+    def get_chat(self, chat_id: int) -> Chat:
+        row = self.connection.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no chat {chat_id}")
+        return _chat(row)
+
+    def rename_chat(self, chat_id: int, title: str) -> Chat:
+        """Renaming is not activity: the chat keeps its place in the list."""
+        self._update_chat(chat_id, "title", _clean_title(title))
+        return self.get_chat(chat_id)
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> Chat:
+        settings.validate()
+        self._update_chat(chat_id, "settings", settings.to_json())
+        return self.get_chat(chat_id)
+
+    def _update_chat(self, chat_id: int, column: str, value: object) -> None:
+        with transaction(self.connection) as conn:
+            cur = conn.execute(f"UPDATE chats SET {column} = ? WHERE id = ?", (value, chat_id))
+        if cur.rowcount == 0:
+            raise KeyError(f"no chat {chat_id}")
+
+    def delete_chat(self, chat_id: int) -> bool:
+        """Delete a chat and (by ON DELETE CASCADE) its messages; False if it did not exist."""
+        with transaction(self.connection) as conn:
+            cur = conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        return cur.rowcount > 0
+
+    def list_chats(self, search: str = "") -> list[Chat]:
+        """Chats, most recent activity first; with ``search``, only matching ones.
+
+        A chat matches when every word of the query is in its title, or when one of its
+        messages holds every word (case-insensitive).  With FTS5 a word matches the start
+        of a word in a message ("sort" finds "sorting", not "quicksort"); without FTS5,
+        or for a query word made only of punctuation, any substring matches.
+        """
+        order = " ORDER BY c.updated_at DESC, c.id DESC"
+        terms = search.split()
+        if not terms:
+            rows = self.connection.execute("SELECT c.* FROM chats c" + order).fetchall()
+            return [_chat(row) for row in rows]
+        folded = [t.casefold() for t in terms]
+        title_match = " AND ".join(["instr(py_casefold(c.title), ?) > 0"] * len(folded))
+        params: list[object] = list(folded)
+        if self.uses_fts and all(_WORD_CHAR.search(t) for t in terms):
+            message_match = (
+                f"SELECT m.chat_id FROM {FTS_TABLE} JOIN messages m ON m.id = {FTS_TABLE}.rowid "
+                f"WHERE {FTS_TABLE} MATCH ?"
+            )
+            params.append(" ".join('"' + t.replace('"', '""') + '"*' for t in terms))
+        else:
+            message_match = "SELECT m.chat_id FROM messages m WHERE " + " AND ".join(
+                ["instr(py_casefold(m.content), ?) > 0"] * len(folded)
+            )
+            params.extend(folded)
+        sql = f"SELECT c.* FROM chats c WHERE ({title_match}) OR c.id IN ({message_match})" + order
+        return [_chat(row) for row in self.connection.execute(sql, params).fetchall()]
+
+    # -- messages -----------------------------------------------------------------------
+
+    def add_message(self, chat_id: int, role: str, content: str, *, reasoning: str = "") -> Message:
+        """Append a complete message (an assistant message added this way is "done")."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        return self._insert_message(chat_id, role, content, reasoning, "done" if role == "assistant" else None)
+
+    def start_answer(self, chat_id: int) -> Message:
+        """Create the empty assistant message that a streaming answer fills.
+
+        Write into it with :meth:`answer_writer`.
+        """
+        return self._insert_message(chat_id, "assistant", "", "", "streaming")
+
+    def answer_writer(
+        self, message: Message | int, *, flush_interval: float | None = None
+    ) -> AnswerWriter:
+        return AnswerWriter(self, message.id if isinstance(message, Message) else message,
+                            flush_interval=flush_interval)
+
+    def _insert_message(self, chat_id: int, role: str, content: str, reasoning: str, state: str | None) -> Message:
+        now = self.now()
+        with transaction(self.connection) as conn:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO messages (chat_id, role, content, reasoning, state, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (chat_id, role, content, reasoning, state, now),
+                )
+            except sqlite3.IntegrityError as exc:  # the foreign key: no such chat
+                raise KeyError(f"no chat {chat_id}") from exc
+            conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
+        return self.get_message(cur.lastrowid)
+
+    def get_message(self, message_id: int) -> Message:
+        row = self.connection.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no message {message_id}")
+        return _message(row)
+
+    def messages(self, chat_id: int) -> list[Message]:
+        """A chat's messages in the order they were added."""
+        rows = self.connection.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
+        return [_message(row) for row in rows.fetchall()]
+
+    def edit_message(self, message_id: int, content: str) -> Message:
+        """Edit-and-resend: replace a message's text and delete every message after it.
+
+        The answers after an edited question no longer answer it; the caller then starts
+        a new answer.  One transaction, so a crash cannot leave half an edit.
+        """
+        with transaction(self.connection) as conn:
+            row = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no message {message_id}")
+            conn.execute("UPDATE messages SET content = ? WHERE id = ?", (content, message_id))
+            conn.execute("DELETE FROM messages WHERE chat_id = ? AND id > ?", (row["chat_id"], message_id))
+            conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (self.now(), row["chat_id"]))
+        return self.get_message(message_id)
+
+    def delete_messages_after(self, message_id: int, *, inclusive: bool = False) -> int:
+        """Regenerate: delete every later message of the chat (and this one if ``inclusive``).
+
+        Returns how many were deleted.
+        """
+        with transaction(self.connection) as conn:
+            row = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no message {message_id}")
+            op = ">=" if inclusive else ">"
+            cur = conn.execute(f"DELETE FROM messages WHERE chat_id = ? AND id {op} ?", (row["chat_id"], message_id))
+        return cur.rowcount
+
+    def recover_interrupted(self) -> list[int]:
+        """Answers left "streaming" by a killed process become "stopped", text kept.
+
+        Called by open_store.  Returns the ids it changed.
+        """
+        with transaction(self.connection) as conn:
+            ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE state = 'streaming'").fetchall()]
+            conn.execute("UPDATE messages SET state = 'stopped' WHERE state = 'streaming'")
+        if ids:
+            log.info("recovered %d interrupted answer(s): %s", len(ids), ids)
+        return ids
+
+    # -- app settings ------------------------------------------------------------------
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        row = self.connection.execute("SELECT value FROM app_settings WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return default
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            log.warning("app setting %r unreadable; using the default", key)
+            return default
+
+    def set_setting(self, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value (raises TypeError for anything else)."""
+        text = json.dumps(value)
+        with transaction(self.connection) as conn:
+            conn.execute(
+                "INSERT INTO app_settings (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, text),
+            )
+
+    def delete_setting(self, key: str) -> None:
+        with transaction(self.connection) as conn:
+            conn.execute("DELETE FROM app_settings WHERE key = ?", (key,))
+
+    def all_settings(self) -> dict[str, Any]:
+        rows = self.connection.execute("SELECT key FROM app_settings ORDER BY key").fetchall()
+        return {row[0]: self.get_setting(row[0]) for row in rows}
+
+
+class AnswerWriter:
+    """Fills one streaming assistant message, committing at most every ``flush_interval`` s.
+
+    ``append`` buffers; it commits when the interval has passed since the last commit.
+    When tokens come slowly, call :meth:`poll` from a UI timer as well, so buffered text
+    never waits for the next token to be saved.  :meth:`finish` commits the rest with the
+    final state and stats in one transaction.
+
+    Writes are guarded by ``state = 'streaming'``: once the message is finished,
+    recovered or deleted (regenerate while streaming), a stale writer changes nothing.
+    """
+
+    def __init__(self, store: Store, message_id: int, *, flush_interval: float | None = None) -> None:
+        self.store = store
+        self.message_id = message_id
+        self.flush_interval = store.flush_interval if flush_interval is None else flush_interval
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._origins: list[str] = []
+        self._last_flush = store.clock()
+        self.finished = False
+
+    @property
+    def pending(self) -> bool:
+        """Whether some appended text is not yet in the database."""
+        return bool(self._text or self._reasoning or self._origins)
+
+    def append(self, text: str = "", reasoning: str = "", origins: str | Iterable[object] = "") -> None:
+        if self.finished:
+            raise RuntimeError("append after finish")
+        chars = origin_chars(origins)
+        if text:
+            self._text.append(text)
+        if reasoning:
+            self._reasoning.append(reasoning)
+        if chars:
+            self._origins.append(chars)
+        self.poll()
+
+    def poll(self) -> bool:
+        """Commit the buffer if the interval has passed; True if it committed.
+
+        A failed commit (database busy, disk full) keeps the buffer for the next try and
+        is logged: losing a flush must not stop the answer on screen.
+        """
+        if self.finished or not self.pending or self.store.clock() - self._last_flush < self.flush_interval:
+            return False
+        try:
+            self.flush()
+        except sqlite3.OperationalError as exc:
+            log.warning("could not save the streaming answer yet: %s", exc)
+            return False
+        return True
+
+    def flush(self) -> None:
+        """Commit the buffer now."""
+        if self.pending:
+            with transaction(self.store.connection) as conn:
+                conn.execute(
+                    "UPDATE messages SET content = content || ?, reasoning = reasoning || ?,"
+                    " origins = origins || ? WHERE id = ? AND state = 'streaming'",
+                    (*self._take(), self.message_id),
+                )
+            self._clear()
+        self._last_flush = self.store.clock()
+
+    def finish(self, state: str = "done", stats: MessageStats | None = None) -> Message | None:
+        """Commit the rest, set the final state and stats; record the answer's task run.
+
+        Returns the final message, or None if it no longer streams (deleted or recovered).
+        """
+        if state not in FINAL_STATES:
+            raise ValueError(f"final state must be one of {', '.join(FINAL_STATES)}")
+        if self.finished:
+            raise RuntimeError("finish called twice")
+        store = self.store
+        now = store.now()
+        with transaction(store.connection) as conn:
+            cur = conn.execute(
+                "UPDATE messages SET content = content || ?, reasoning = reasoning || ?,"
+                " origins = origins || ?, state = ?, stats = ? WHERE id = ? AND state = 'streaming'",
+                (*self._take(), state, stats.to_json() if stats else None, self.message_id),
+            )
+            changed = cur.rowcount > 0
+            if changed:
+                chat_id = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (self.message_id,)).fetchone()[0]
+                conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
+                if stats is not None and state in ("done", "stopped"):
+                    settings = ChatSettings.from_json(
+                        conn.execute("SELECT settings FROM chats WHERE id = ?", (chat_id,)).fetchone()[0]
+                    )
+                    task_stats.record_run(conn, self.message_id, settings.task, stats,
+                                          target=settings.target, draft=settings.draft, created_at=now)
+        self._clear()
+        self.finished = True
+        return store.get_message(self.message_id) if changed else None
+
+    def _take(self) -> tuple[str, str, str]:
+        return "".join(self._text), "".join(self._reasoning), "".join(self._origins)
+
+    def _clear(self) -> None:
+        self._text.clear()
+        self._reasoning.clear()
+        self._origins.clear()
+
+
+def _clean_title(title: str) -> str:
+    title = " ".join(str(title).split())
+    if not title:
+        raise ValueError("a chat title cannot be empty")
+    return title
+
+
+def _chat(row: Mapping[str, Any]) -> Chat:
+    return Chat(
+        id=row["id"],
+        title=row["title"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        settings=ChatSettings.from_json(row["settings"]),
+    )
+
+
+def _message(row: Mapping[str, Any]) -> Message:
+    return Message(
+        id=row["id"],
+        chat_id=row["chat_id"],
+        role=row["role"],
+        content=row["content"],
+        reasoning=row["reasoning"],
+        created_at=row["created_at"],
+        state=row["state"],
+        stats=MessageStats.from_json(row["stats"]),
+        origins=row["origins"],
+    )
+

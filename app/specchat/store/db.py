@@ -1,0 +1,272 @@
+"""Opening the SQLite database: pragmas, schema version, forward migrations, search index.
+
+Why these settings:
+
+- ``journal_mode=WAL`` with ``synchronous=NORMAL``: a commit is an append to the
+  write-ahead log without an fsync per transaction, so the streaming answer can be
+  committed twice a second for almost nothing.  A committed transaction survives the
+  *process* being killed (the log is in the OS page cache); only a power cut can lose the
+  last few commits, never corrupt the file.
+- ``foreign_keys=ON``: deleting a chat cascades to its messages in the database itself,
+  so no code path can leave orphans behind.
+- ``busy_timeout``: a second process (a CLI command, a second window) that touches the
+  file waits instead of failing at once.
+
+Threads: a ``sqlite3.Connection`` belongs to the thread that opened it (we keep Python's
+``check_same_thread`` check on, so breaking the rule fails loudly).  In the app the GUI
+thread opens the store and is its only user; the generation worker never writes: it
+sends its immutable events to the GUI thread, which appends them through an
+``AnswerWriter``.  A tool that needs the database on another thread opens its own
+connection with :func:`open_store`.
+
+Schema changes are forward migrations: ``MIGRATIONS[n]`` turns version ``n - 1`` into
+version ``n``; each runs in one transaction with the version bump, so a crash mid-way
+leaves the old version intact.  A database written by a newer SpecChat is refused rather
+than guessed at.  The full-text index is not part of the versioned schema: it is an
+optional accelerator, created (or dropped) at every open depending on whether this
+Python's SQLite has FTS5.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .chats import Store
+
+DB_FILENAME = "specchat.sqlite3"
+
+
+class StoreError(Exception):
+    """The database cannot be used (written by a newer version, not a SQLite file ...)."""
+
+
+# Version 1: chats, messages (with streaming state, stats and token origins), app
+# settings, per-answer task runs.  AUTOINCREMENT on purpose: an id is never reused, so a
+# late write from a stale AnswerWriter (answer deleted by "regenerate" while it was
+# still streaming) can never land in the message that replaced it.
+_V1 = [
+    """CREATE TABLE chats (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,   -- last activity: drives the newest-first order
+        settings TEXT NOT NULL      -- JSON of ChatSettings: new fields need no migration
+    )""",
+    "CREATE INDEX chats_by_activity ON chats (updated_at DESC, id DESC)",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id INTEGER NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+        content TEXT NOT NULL DEFAULT '',
+        reasoning TEXT NOT NULL DEFAULT '',
+        origins TEXT NOT NULL DEFAULT '',   -- one 'd' (draft) or 't' (target) per token
+        state TEXT CHECK (state IS NULL OR state IN ('streaming', 'done', 'stopped', 'error')),
+        stats TEXT,                          -- JSON of MessageStats, NULL until finished
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX messages_by_chat ON messages (chat_id, id)",
+    "CREATE INDEX messages_streaming ON messages (state) WHERE state = 'streaming'",
+    """CREATE TABLE app_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL                  -- JSON
+    )""",
+    # Task runs outlive their chat (ON DELETE SET NULL): they are measurements of the
+    # machine and model pair, and deleting a conversation should not erase what was learnt.
+    """CREATE TABLE task_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER REFERENCES messages (id) ON DELETE SET NULL,
+        tag TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        target TEXT,
+        draft TEXT,
+        tokens INTEGER NOT NULL,
+        decode_s REAL NOT NULL,
+        drafted INTEGER NOT NULL,
+        accepted INTEGER NOT NULL,
+        rounds_with_draft INTEGER NOT NULL,
+        rounds_fully_accepted INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX task_runs_by_tag ON task_runs (tag, mode)",
+]
+
+MIGRATIONS: dict[int, list[str]] = {1: _V1}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+# External-content FTS5 index over message text, kept in step by triggers (which also
+# fire for the ON DELETE CASCADE of a chat).  Reasoning text is not indexed: it is
+# collapsed in the UI and matching hidden text would look like a wrong result.
+FTS_TABLE = "message_fts"
+_FTS_CREATE = [
+    f"""CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(
+        content, content='messages', content_rowid='id', tokenize='unicode61 remove_diacritics 2')""",
+    f"""CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO {FTS_TABLE} (rowid, content) VALUES (new.id, new.content);
+    END""",
+    f"""CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO {FTS_TABLE} ({FTS_TABLE}, rowid, content) VALUES ('delete', old.id, old.content);
+    END""",
+    f"""CREATE TRIGGER messages_fts_au AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO {FTS_TABLE} ({FTS_TABLE}, rowid, content) VALUES ('delete', old.id, old.content);
+        INSERT INTO {FTS_TABLE} (rowid, content) VALUES (new.id, new.content);
+    END""",
+    f"INSERT INTO {FTS_TABLE} ({FTS_TABLE}) VALUES ('rebuild')",
+]
+_FTS_TRIGGERS = ("messages_fts_ai", "messages_fts_ad", "messages_fts_au")
+
+
+def default_path() -> Path:
+    """``<platformdirs user data dir>/specchat.sqlite3``."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("specchat")) / DB_FILENAME
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One explicit write transaction (the connection runs in autocommit mode otherwise).
+
+    ``BEGIN IMMEDIATE`` takes the write lock up front, so two processes never both read a
+    version and then both try to migrate.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open ``path`` (creating it and its folder), set the pragmas and migrate the schema."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: autocommit; writes that belong together use transaction().
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 5000")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":  # e.g. a file system without shared memory
+            raise StoreError(f"cannot use WAL journal mode for {path} (got {mode!r})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Case-insensitive substring search beyond ASCII (SQLite's lower() is ASCII-only).
+        conn.create_function("py_casefold", 1, _casefold, deterministic=True)
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"cannot open {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _casefold(text: object) -> str | None:
+    return text.casefold() if isinstance(text, str) else None
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The version recorded in the file; 0 for a new, empty database."""
+    has_table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if not has_table:
+        return 0
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, migrations: dict[int, list[str]] | None = None) -> int:
+    """Bring the schema up to the newest version, one transaction per step; return it."""
+    migrations = MIGRATIONS if migrations is None else migrations
+    newest = max(migrations)
+    with transaction(conn):
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        if conn.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 0:
+            conn.execute("INSERT INTO schema_version (version) VALUES (0)")
+    while True:
+        with transaction(conn):
+            current = schema_version(conn)  # re-read under the write lock
+            if current > newest:
+                raise StoreError(
+                    f"the database has schema version {current}; this SpecChat knows up to {newest}"
+                )
+            if current == newest:
+                return current
+            for statement in migrations[current + 1]:
+                conn.execute(statement)
+            conn.execute("UPDATE schema_version SET version = ?", (current + 1,))
+
+
+def fts5_available(conn: sqlite3.Connection) -> bool:
+    """Whether this SQLite build has FTS5: try to create a throw-away table."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp._specchat_fts5_probe USING fts5(x)")
+    except sqlite3.OperationalError:
+        return False
+    conn.execute("DROP TABLE temp._specchat_fts5_probe")
+    return True
+
+
+def ensure_search_index(conn: sqlite3.Connection, want: bool | None = None) -> bool:
+    """Create or drop the FTS5 index so that it matches ``want``; return whether it is used.
+
+    ``want=None`` means "use FTS5 when this SQLite has it".  Dropping matters too: a file
+    that was indexed on a machine with FTS5 and is opened where FTS5 is missing would
+    otherwise fail every insert through the triggers.
+    """
+    available = fts5_available(conn)
+    use = available if want is None else (want and available)
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TABLE,)).fetchone() is not None
+    if use and not exists:
+        with transaction(conn):
+            for statement in _FTS_CREATE:
+                conn.execute(statement)
+    elif not use and exists:
+        with transaction(conn):
+            for trigger in _FTS_TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        # Without the fts5 module the virtual table cannot be dropped; with the triggers
+        # gone it is inert, and the LIKE search never reads it.
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute(f"DROP TABLE {FTS_TABLE}")
+    return use
+
+
+def open_store(
+    path: Path | None = None,
+    *,
+    fts: bool | None = None,
+    flush_interval: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
+    recover: bool = True,
+) -> Store:
+    """Open (or create) the chat database and return a ready :class:`Store`.
+
+    ``path`` defaults to :func:`default_path`.  ``fts`` forces the full-text index on or
+    off (None: use it when available).  ``recover`` marks answers left "streaming" by a
+    killed process as "stopped", keeping their text; a tool that opens the file while the
+    app is running (and may be streaming) must pass ``recover=False``.
+    """
+    from .chats import Store
+
+    conn = connect(default_path() if path is None else Path(path))
+    try:
+        use_fts = ensure_search_index(conn, fts)
+    except BaseException:
+        conn.close()
+        raise
+    store = Store(conn, fts=use_fts, flush_interval=flush_interval, clock=clock, now=now)
+    if recover:
+        store.recover_interrupted()
+    return store

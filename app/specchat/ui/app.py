@@ -1,0 +1,27 @@
+"""Start the desktop app: one store, one generation thread, one window."""
+
+from __future__ import annotations
+
+import sys
+
+
+def run_app(argv: list[str] | None = None) -> int:
+    from PySide6.QtWidgets import QApplication
+
+    from specchat.store import open_store
+    from specchat.workers.generation import GenerationService
+
+    from .main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
+    app.setApplicationName("SpecChat")
+    app.setOrganizationName("SpecChat")
+    store = open_store()
+    service = GenerationService()
+    window = MainWindow(store, service)
+    window.show()
+    try:
+        return app.exec()
+    finally:
+        service.shutdown()
+        store.close()

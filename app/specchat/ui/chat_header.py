@@ -1,0 +1,66 @@
+"""Per-chat switches, visible above the conversation and saved with the chat."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QWidget
+
+SPECULATION = [("off", "Speculation: off"), ("draft", "Draft model"), ("lookup", "Prompt lookup"),
+               ("auto", "Auto")]
+NO_SWITCH_TIP = ("This model's chat template has no reasoning switch (enable_thinking), "
+                 "so reasoning cannot be turned on or off for it.")
+
+
+class ChatHeader(QWidget):
+    changed = Signal(dict)  # the changed settings, e.g. {"speculation": "lookup"}
+    pairRequested = Signal()
+    settingsRequested = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 8, 4)
+        self.pair_label = QLabel("No model pair")
+        self.pair_button = QPushButton("Pair…")
+        self.pair_button.setToolTip("Choose the target and draft models for this chat")
+        self.speculation = QComboBox()
+        for key, text in SPECULATION:
+            self.speculation.addItem(text, key)
+        self.reasoning = QCheckBox("Reasoning")
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setPrefix("temp ")
+        self.more = QPushButton("Chat settings…")
+        for w in (self.pair_label, self.pair_button):
+            row.addWidget(w)
+        row.addStretch(1)
+        for w in (self.speculation, self.reasoning, self.temperature, self.more):
+            row.addWidget(w)
+        self._loading = False
+        self.speculation.currentIndexChanged.connect(
+            lambda _i: self._emit({"speculation": self.speculation.currentData()}))
+        self.reasoning.toggled.connect(lambda on: self._emit({"reasoning": on}))
+        self.temperature.valueChanged.connect(lambda v: self._emit({"temperature": round(v, 3)}))
+        self.pair_button.clicked.connect(self.pairRequested)
+        self.more.clicked.connect(self.settingsRequested)
+
+    def _emit(self, change: dict) -> None:
+        if not self._loading:
+            self.changed.emit(change)
+
+    def show_settings(self, speculation: str, reasoning: bool, temperature: float, pair_text: str) -> None:
+        """Show a chat's saved settings without echoing them back as changes."""
+        self._loading = True
+        try:
+            self.speculation.setCurrentIndex(max(0, self.speculation.findData(speculation)))
+            self.reasoning.setChecked(reasoning)
+            self.temperature.setValue(temperature)
+            self.pair_label.setText(pair_text)
+        finally:
+            self._loading = False
+
+    def set_reasoning_available(self, available: bool | None) -> None:
+        """None: no model loaded yet (leave it enabled, the choice is saved with the chat)."""
+        self.reasoning.setEnabled(available is not False)
+        self.reasoning.setToolTip("" if available is not False else NO_SWITCH_TIP)

@@ -1,0 +1,83 @@
+"""The conversation pane: a column of message widgets; only the streaming one re-renders.
+
+Text arrives at token rate but is painted at frame rate: appends go into the
+widget's buffer and a timer refreshes it at most 15 times a second.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+
+from .message_widget import MessageWidget
+
+REPAINT_MS = 66
+
+
+class ConversationView(QScrollArea):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget()
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(12, 12, 12, 12)
+        self._layout.setSpacing(10)
+        self._layout.addStretch(1)
+        self.setWidget(inner)
+        self.messages: list[MessageWidget] = []
+        self.tint = False
+        self._dirty: MessageWidget | None = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(REPAINT_MS)
+        self._timer.timeout.connect(self._repaint)
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+        self._stick = True
+
+    def clear(self) -> None:
+        for w in self.messages:
+            w.setParent(None)
+            w.deleteLater()
+        self.messages.clear()
+        self._dirty = None
+
+    def add(self, role: str, content: str = "", reasoning: str = "", footer: str = "") -> MessageWidget:
+        w = MessageWidget(role, content, reasoning, footer)
+        w.tint = self.tint
+        self._layout.insertWidget(self._layout.count() - 1, w)
+        self.messages.append(w)
+        self._stick = True
+        return w
+
+    def mark_dirty(self, w: MessageWidget) -> None:
+        """The widget's text changed; repaint it on the next frame, not now."""
+        self._dirty = w
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def flush(self) -> None:
+        self._repaint()
+        self._timer.stop()
+
+    def _repaint(self) -> None:
+        if self._dirty is not None:
+            self._dirty.refresh()
+            self._dirty = None
+        else:
+            self._timer.stop()
+
+    def set_tint(self, on: bool) -> None:
+        self.tint = on
+        for w in self.messages:
+            w.tint = on
+            w.refresh()
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        bar = self.verticalScrollBar()
+        if self._stick:
+            bar.setValue(hi)
+
+    def wheelEvent(self, event) -> None:  # scrolling up stops following the stream
+        super().wheelEvent(event)
+        bar = self.verticalScrollBar()
+        self._stick = bar.value() >= bar.maximum() - 4

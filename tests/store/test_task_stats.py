@@ -1,0 +1,99 @@
+"""Per-task statistics: acceptance and multiplier computed from known numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.store import ChatSettings, MessageStats, open_store, reset_task_stats, task_table
+
+
+def answer(store, chat, state="done", **stats):
+    """Stream a short answer into ``chat`` and finish it with the given stats."""
+    writer = store.answer_writer(store.start_answer(chat.id))
+    writer.append("some text")
+    return writer.finish(state, MessageStats(**stats))
+
+
+@pytest.fixture
+def store(tmp_path):
+    with open_store(tmp_path / "db.sqlite3") as s:
+        yield s
+
+
+def rows_by_tag(store, **kwargs):
+    return {row.tag: row for row in task_table(store, **kwargs)}
+
+
+def test_acceptance_and_multiplier_from_known_numbers(store):
+    code = store.create_chat("code chat", ChatSettings(task="code", target="/m/t.gguf", speculation="draft"))
+    # plain: (100 + 50) decoded tokens in (10 + 5) s = 10 tok/s; "off" and "baseline" are both plain
+    answer(store, code, tokens=101, decode_s=10.0, mode="off")
+    answer(store, code, tokens=51, decode_s=5.0, mode="baseline")
+    # speculative: (200 + 100) tokens in (10 + 5) s = 20 tok/s -> multiplier 2.0
+    answer(store, code, tokens=201, decode_s=10.0, mode="draft", drafted=160, accepted=120,
+           rounds_with_draft=40, rounds_fully_accepted=20)
+    answer(store, code, tokens=101, decode_s=5.0, mode="lookup", drafted=40, accepted=30,
+           rounds_with_draft=10, rounds_fully_accepted=5)
+
+    row = rows_by_tag(store)["code"]
+    assert (row.answers, row.plain_answers, row.speculative_answers) == (4, 2, 2)
+    assert row.tokens == 101 + 51 + 201 + 101
+    assert row.drafted == 200 and row.accepted == 150
+    assert row.token_acceptance == pytest.approx(150 / 200)  # summed counts, not averaged ratios
+    assert row.sequence_acceptance == pytest.approx(25 / 50)
+    assert row.plain_tok_s == pytest.approx(10.0)
+    assert row.speculative_tok_s == pytest.approx(20.0)
+    assert row.multiplier == pytest.approx(2.0)
+
+
+def test_missing_side_gives_no_multiplier_and_tables_are_accumulated_across_chats(store):
+    creative = store.create_chat("poem", ChatSettings(task="creative"))
+    chat_a = store.create_chat("a", ChatSettings(task="chat"))
+    chat_b = store.create_chat("b", ChatSettings(task="chat"))
+    mine = store.create_chat("mail", ChatSettings(task="Email replies"))
+    answer(store, creative, tokens=11, decode_s=1.0, mode="auto", drafted=10, accepted=2,
+           rounds_with_draft=5, rounds_fully_accepted=0)
+    answer(store, chat_a, tokens=31, decode_s=2.0, mode="off")
+    answer(store, chat_b, tokens=31, decode_s=4.0, mode="off")
+    answer(store, mine, tokens=5, decode_s=1.0, mode="off")
+
+    rows = task_table(store)
+    assert [r.tag for r in rows] == ["chat", "creative", "Email replies"]  # built-ins first, then the user's
+    by_tag = {r.tag: r for r in rows}
+    assert by_tag["creative"].multiplier is None and by_tag["creative"].plain_tok_s is None
+    assert by_tag["creative"].token_acceptance == pytest.approx(0.2)
+    assert by_tag["creative"].sequence_acceptance == 0.0
+    assert by_tag["chat"].plain_answers == 2 and by_tag["chat"].plain_tok_s == pytest.approx(60 / 6)
+    assert by_tag["chat"].multiplier is None
+    assert by_tag["chat"].token_acceptance is None and by_tag["chat"].sequence_acceptance is None
+
+
+def test_which_answers_count(store):
+    chat = store.create_chat("c", ChatSettings(task="json"))
+    answer(store, chat, "stopped", tokens=21, decode_s=1.0, mode="off")  # stopped: a real measurement
+    answer(store, chat, "error", tokens=21, decode_s=1.0, mode="off")  # errors never count
+    answer(store, chat, tokens=1, decode_s=0.0, mode="draft")  # one token: no decode speed
+    writer = store.answer_writer(store.start_answer(chat.id))
+    writer.finish("done")  # no stats at all
+    assert rows_by_tag(store)["json"].answers == 1
+
+    store.delete_chat(chat.id)  # measurements describe the machine and models, not the chat
+    assert rows_by_tag(store)["json"].answers == 1
+    assert reset_task_stats(store, "json") == 1
+    assert task_table(store) == []
+
+
+def test_the_tag_in_force_when_the_answer_finished_is_used_and_targets_can_be_separated(store):
+    chat = store.create_chat("c", ChatSettings(task="chat", target="/m/small.gguf"))
+    answer(store, chat, tokens=11, decode_s=1.0, mode="off")
+    store.update_settings(chat.id, ChatSettings(task="summary", target="/m/big.gguf"))
+    answer(store, chat, tokens=11, decode_s=2.0, mode="off")
+    answer(store, chat, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8,
+           rounds_with_draft=2, rounds_fully_accepted=2)
+
+    assert rows_by_tag(store)["chat"].plain_tok_s == pytest.approx(10.0)
+    summary = rows_by_tag(store, target="/m/big.gguf")
+    assert list(summary) == ["summary"]
+    assert summary["summary"].multiplier == pytest.approx(10.0 / 5.0)
+    assert summary["summary"].token_acceptance == 1.0 and summary["summary"].sequence_acceptance == 1.0
+    assert rows_by_tag(store, target="/m/none.gguf") == {}
