@@ -8,19 +8,18 @@ tokens).  At the next open, an answer that was interrupted is marked "stopped" a
 its text.
 """
 
-from .chats import (
+from .chats import AnswerWriter, Store
+from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available, open_store
+from .records import (
     ANSWER_STATES,
     SPECULATION_MODES,
-    AnswerWriter,
     Chat,
     ChatSettings,
     Message,
     MessageStats,
-    Store,
     normalize_task_tag,
     origin_chars,
 )
-from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available, open_store
 from .task_stats import PLAIN_MODES, TASK_TAGS, TaskRow, reset_task_stats, task_table
 
 __all__ = [

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from .db import transaction
 
 if TYPE_CHECKING:
-    from .chats import MessageStats, Store
+    from .chats import Store
+    from .records import MessageStats
 
 PLAIN_MODES = ("off", "baseline")
 TASK_TAGS = ("code", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
