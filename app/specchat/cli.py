@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("target", type=Path)
     fit.add_argument("draft", type=Path, nargs="?")
     fit.add_argument("--ctx", type=_positive_int, default=4096)
-    fit.add_argument("--flash-attn", action="store_true")
+    fit.add_argument("--no-flash-attn", action="store_true", help="estimate without flash attention")
     fit.add_argument("--json", action="store_true")
     add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
     add.add_argument("id")

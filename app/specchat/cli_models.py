@@ -153,7 +153,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_fit(args: argparse.Namespace) -> int:
     paths = [args.target] + ([args.draft] if args.draft else [])
     try:
-        models = estimate_files(paths, n_ctx=args.ctx, flash_attn=args.flash_attn)
+        models = estimate_files(paths, n_ctx=args.ctx, flash_attn=not args.no_flash_attn)
     except GGUFError as exc:
         raise CliError(str(exc)) from None
     vram, ram = free_memory()
@@ -163,12 +163,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "fits": verdict.fits, "gpu_layers": verdict.gpu_layers, "summary": verdict.summary,
             "needed": verdict.needed, "free_vram": vram, "free_ram": ram,
             "models": [{"name": m.name, "weights": m.weights, "kv_cache": m.kv_cache, "compute": m.compute,
-                        "total": m.total} for m in models],
+                        "cpu_repack": m.repack, "total": m.total} for m in models],
         }, indent=1))
     else:
         for m in models:
             print(f"{m.name}: weights {m.weights / GIB:.2f} GiB, KV cache {m.kv_cache / GIB:.2f} GiB "
-                  f"at {args.ctx} tokens, compute {m.compute / GIB:.2f} GiB")
+                  f"at {args.ctx} tokens, compute {m.compute / GIB:.2f} GiB"
+                  + (f", CPU repack {m.repack / GIB:.2f} GiB" if m.repack else ""))
         print(verdict.summary)
     return 0 if verdict.fits else 1
 

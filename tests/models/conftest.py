@@ -31,12 +31,6 @@ REPOS = {
 }
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "slow: moves gigabytes (tens of seconds); runs by default, deselect with -m 'not slow'"
-    )
-
-
 @pytest.fixture(scope="session")
 def hub_server(qwen_target: Path, qwen_draft: Path, gemma: Path, smollm: Path) -> Iterator[HubServer]:
     """One server for the session, serving the four pinned models from the user cache."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_header import GGUFHeader, read_file_header
+from .gguf_header import GGUFHeader, validate_file
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
@@ -40,7 +40,8 @@ class TokenizerInfo:
 
     @classmethod
     def from_file(cls, path: str | Path) -> TokenizerInfo:
-        return cls.from_header(read_file_header(path))
+        """From a local file, refusing one that is truncated (its tensor data must all be there)."""
+        return cls.from_header(validate_file(path))
 
 
 def _opt_bool(v: object) -> bool | None:

@@ -3,8 +3,14 @@
 Everything comes from the GGUF headers (no model is loaded): the tensor table
 gives the weight bytes per layer, the hyper-parameters give the KV cache size
 at a context length.  The compute-buffer term follows llama.cpp's graph: the
-attention scores of one micro-batch (unless flash attention), the feed-forward
-activations, and the logits buffer.
+attention scores of one micro-batch (unless flash attention, which llama.cpp
+turns on by itself where it can), the feed-forward activations, and the logits.
+
+On the CPU llama.cpp also *repacks* Q4_0, Q4_K and IQ4_NL matrices into an
+interleaved layout for its SIMD kernels: a second copy next to the mapped file
+(measured here: 596.5 MiB "CPU_REPACK" for the 1.5B Qwen, exactly its 2-D Q4_K
+tensors other than the token embeddings).  The estimate counts it for
+CPU-resident weights.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gguf import GGMLQuantizationType
+
 from .gguf_header import GGUFHeader, read_file_header
 
 GIB = 1024**3
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +36,16 @@ class ModelMemory:
     n_layers: int
     kv_cache: int  # bytes at the requested context
     compute: int  # compute buffers and outputs
+    repack: int = 0  # CPU only: the repacked copy of Q4_0/Q4_K/IQ4_NL matrices
 
     @property
     def total(self) -> int:
+        """Bytes when the model runs on the CPU (repacked copies included)."""
+        return self.weights + self.kv_cache + self.compute + self.repack
+
+    @property
+    def total_gpu(self) -> int:
+        """Bytes when every layer is offloaded (no CPU repacking)."""
         return self.weights + self.kv_cache + self.compute
 
     def layer_bytes(self) -> int:
@@ -45,7 +61,7 @@ def _int(header: GGUFHeader, key: str, default: int = 0) -> int:
 
 
 def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
-                   flash_attn: bool = False, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
+                   flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
     n_layers = _int(header, "block_count")
     n_embd = _int(header, "embedding_length")
     n_head = max(_int(header, "attention.head_count", 1), 1)
@@ -57,20 +73,24 @@ def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_out
     n_vocab = len(tokens) if isinstance(tokens, list) else _int(header, "vocab_size", 32000)
 
     layers: dict[int, int] = {}
+    repack = 0
     for t in header.tensors:
         m = _LAYER.match(t.name)
         if m:
             layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + t.n_bytes
+        if len(t.shape) == 2 and t.name != "token_embd.weight" and t.type in REPACKED_TYPES:
+            repack += t.n_bytes
     weights = header.tensor_data_bytes
     per_layer = sum(layers.values()) // len(layers) if layers else 0
 
     kv = int(n_layers * n_ctx * n_head_kv * (head_k + head_v) * kv_bytes_per_value)
     ub = min(n_ubatch, n_ctx)
     attention_scores = 0 if flash_attn else ub * n_ctx * n_head * 4
-    activations = ub * (2 * n_ff + 4 * n_embd) * 4
+    activations = ub * (3 * n_ff + 4 * n_embd) * 4
     logits = n_outputs * n_vocab * 4
     compute = attention_scores + activations + logits
-    return ModelMemory(name or str(header.get("general.name", "model")), weights, per_layer, n_layers, kv, compute)
+    return ModelMemory(name or str(header.get("general.name", "model")), weights, per_layer, n_layers, kv, compute,
+                       repack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +121,9 @@ def fit_pair(models: list[ModelMemory], *, free_vram: int | None, free_ram: int,
     parts = " + ".join(f"{m.name} {_gb(m.weights)} weights, {_gb(m.kv_cache)} KV" for m in models)
     if free_vram is not None:
         usable = int(free_vram * (1 - margin))
-        if need <= usable:
-            return FitVerdict(True, -1, f"fits on the GPU: needs {_gb(need)} of {_gb(free_vram)} free ({parts})",
+        need_gpu = sum(m.total_gpu for m in models)
+        if need_gpu <= usable:
+            return FitVerdict(True, -1, f"fits on the GPU: needs {_gb(need_gpu)} of {_gb(free_vram)} free ({parts})",
                               tuple(models), free_vram, "VRAM")
         # offload as many target layers (weights + their KV) as fit next to the target's compute
         # buffer; the draft, the embeddings and the other layers stay in RAM
@@ -143,7 +164,7 @@ def free_memory() -> tuple[int | None, int]:
     return vram, ram
 
 
-def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = False) -> list[ModelMemory]:
+def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) -> list[ModelMemory]:
     out = []
     for i, p in enumerate(paths):
         h = read_file_header(p)
