@@ -35,11 +35,15 @@ from specchat.engine import Done, Error, Fallback, Mode, SamplingSettings, Token
 from specchat.engine.pair import PairConfig
 from specchat.engine.reasoning import ReasoningParser
 from specchat.engine.runtime import ModelOptions
+from specchat.models.registry import Registry
 from specchat.store import ChatSettings, MessageStats, Store
+from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, PairInfo, Started
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView
+from .models_dialog import ModelsDialog, recommended
+from .settings_dialogs import ChatSettingsDialog, SettingsDialog, app_setting, controller_settings
 
 SPECULATION_TO_MODE = {"off": Mode.BASELINE, "draft": Mode.DRAFT, "lookup": Mode.LOOKUP, "auto": Mode.AUTO}
 
@@ -84,10 +88,13 @@ class _Answer:
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, store: Store, service: GenerationService, parent=None) -> None:
+    def __init__(self, store: Store, service: GenerationService, downloads: DownloadService | None = None,
+                 registry: Registry | None = None, parent=None) -> None:
         super().__init__(parent)
         self.store = store
         self.service = service
+        self.downloads = downloads or DownloadService(self)
+        self.registry = registry or Registry()
         self.chat_id: int | None = None
         self.pair_info: PairInfo | None = None
         self.loaded_pair: tuple[Path | None, Path | None] = (None, None)
@@ -110,6 +117,7 @@ class MainWindow(QMainWindow):
             self.open_chat(chats[0].id)
         else:
             self.new_chat()
+        self._first_run_hint()
 
     # -- layout -------------------------------------------------------------------
 
@@ -137,6 +145,8 @@ class MainWindow(QMainWindow):
         cv.setContentsMargins(0, 0, 0, 0)
         self.header = ChatHeader()
         self.header.changed.connect(self._on_header_changed)
+        self.header.pairRequested.connect(self.open_models)
+        self.header.settingsRequested.connect(self.edit_chat_settings)
         self.conversation = ConversationView()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
@@ -178,6 +188,11 @@ class MainWindow(QMainWindow):
         quit_ = file.addAction("Quit", self.close)
         quit_.setShortcut(QKeySequence.StandardKey.Quit)
         self.models_menu = self.menuBar().addMenu("&Models")
+        self.models_menu.addAction("Download a pair…", lambda: self.open_models(tab=0))
+        self.models_menu.addAction("Import GGUF files…", self._import_files)
+        self.models_menu.addAction("Manage models…", lambda: self.open_models(tab=1))
+        self.models_menu.addSeparator()
+        self.models_menu.addAction("Settings…", self.edit_app_settings)
         self.view_menu = self.menuBar().addMenu("&View")
         self.tint_action = self.view_menu.addAction("Colour accepted draft tokens")
         self.tint_action.setCheckable(True)
@@ -217,9 +232,8 @@ class MainWindow(QMainWindow):
         chat = self.store.get_chat(chat_id)
         self.conversation.clear()
         for m in self.store.messages(chat_id):
-            w = self.conversation.add(m.role, m.content, m.reasoning, footer_text(m.stats, m.state)
-                                      if m.role == "assistant" else "")
-            w.segments = _segments(m.content, m.origins)
+            self.conversation.add(m.role, m.content, m.reasoning,
+                                  footer_text(m.stats, m.state) if m.role == "assistant" else "")
         self._show_settings(chat.settings)
         self._ensure_pair(chat.settings)
 
@@ -272,11 +286,12 @@ class MainWindow(QMainWindow):
         self.loaded_pair = (s.target, s.draft)
         self.pair_info = None
         self.pair_status.setText(f"loading {s.target.name}…")
-        opts = ModelOptions(n_ctx=int(self.store.get_setting("n_ctx", 4096)),
-                            n_gpu_layers=int(self.store.get_setting("gpu_layers", -1)),
-                            n_threads=int(self.store.get_setting("threads", 0)))
-        dopts = replace(opts, n_gpu_layers=int(self.store.get_setting("draft_gpu_layers", opts.n_gpu_layers)))
-        self.service.load(PairConfig(s.target, s.draft, opts, dopts, calibration_cache=_calibration_cache()))
+        opts = ModelOptions(n_ctx=int(app_setting(self.store, "n_ctx")),
+                            n_gpu_layers=int(app_setting(self.store, "gpu_layers")),
+                            n_threads=int(app_setting(self.store, "threads")))
+        dopts = replace(opts, n_gpu_layers=int(app_setting(self.store, "draft_gpu_layers")))
+        self.service.load(PairConfig(s.target, s.draft, opts, dopts, controller=controller_settings(self.store),
+                                     calibration_cache=_calibration_cache()))
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self.pair_info = info
@@ -423,6 +438,46 @@ class MainWindow(QMainWindow):
             self.open_chat(self.chat_id)
             self._generate()
 
+    # -- dialogs ---------------------------------------------------------------------
+
+    def models_dialog(self) -> ModelsDialog:
+        dialog = ModelsDialog(self.registry, self.downloads, self)
+        dialog.pairChosen.connect(lambda t, d: self.update_settings(target=t, draft=d))
+        return dialog
+
+    def open_models(self, tab: int = 1) -> None:
+        dialog = self.models_dialog()
+        dialog.tabs.setCurrentIndex(tab if self.registry.models() or tab == 0 else 0)
+        dialog.exec()
+
+    def _import_files(self) -> None:
+        dialog = self.models_dialog()
+        dialog.tabs.setCurrentIndex(1)
+        dialog.import_files()
+        dialog.exec()
+
+    def edit_chat_settings(self) -> None:
+        dialog = ChatSettingsDialog(self.settings(), self)
+        if dialog.exec():
+            new = dialog.result_settings()
+            self.store.update_settings(self.chat_id, new)
+            self._show_settings(new)
+
+    def edit_app_settings(self) -> None:
+        if SettingsDialog(self.store, self).exec():
+            self.loaded_pair = (None, None)  # reload with the new context, layers and thresholds
+            self._ensure_pair(self.settings())
+
+    def _first_run_hint(self) -> None:
+        if self.registry.models() or self.settings().target is not None:
+            return
+        from specchat.models.catalog import load_catalog
+        from specchat.models.fit import free_memory
+
+        rec = recommended(load_catalog(), *free_memory())
+        self.show_notice("No models yet. Open Models → Download a pair…"
+                         + (f" (recommended for this machine: {rec.name})." if rec else "."))
+
     # -- misc ------------------------------------------------------------------------
 
     def _update_memory(self) -> None:
@@ -443,11 +498,8 @@ class MainWindow(QMainWindow):
             a = self.answer
             self.answer = None
             a.writer.finish("stopped", None)
+        self.downloads.shutdown()
         super().closeEvent(event)
-
-
-def _segments(content: str, origins: str) -> list[tuple[str, bool]]:
-    return [(content, False)] if content else []
 
 
 def _calibration_cache() -> Path:

@@ -1,0 +1,239 @@
+"""Models: the catalog with a fit verdict for this machine, downloads, installed models,
+and for a chosen target the drafts that can serve it, with the reason for those that cannot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specchat.models.catalog import CatalogPair, load_catalog
+from specchat.models.fit import free_memory
+from specchat.models.gguf_header import GGUFError
+from specchat.models.hub import DownloadProgress, human_bytes
+from specchat.models.registry import Registry
+from specchat.workers.download import DownloadService
+
+ROLE = Qt.ItemDataRole.UserRole
+
+
+def approx_fit(pair: CatalogPair, free_vram: int | None, free_ram: int) -> str:
+    """A quick verdict from file sizes (weights + ~25% for caches and buffers)."""
+    need = int(pair.size * 1.25)
+    if free_vram is not None and need <= free_vram * 0.9:
+        return "fits on the GPU"
+    if need <= free_ram * 0.9:
+        return "CPU only" if free_vram is None else "too big for the GPU; CPU/partial offload"
+    return "does not fit"
+
+
+def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) -> CatalogPair | None:
+    """The largest pair that fits on the GPU; on a CPU-only machine the smallest pair."""
+    on_gpu = [p for p in pairs if p.drafts and approx_fit(p, free_vram, free_ram) == "fits on the GPU"]
+    if on_gpu:
+        return max(on_gpu, key=lambda p: p.size)
+    with_draft = [p for p in pairs if p.drafts]
+    return min(with_draft, key=lambda p: p.size) if with_draft else None
+
+
+class ModelsDialog(QDialog):
+    pairChosen = Signal(object, object)  # target Path, draft Path | None
+
+    def __init__(self, registry: Registry, downloads: DownloadService, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.resize(900, 560)
+        self.registry = registry
+        self.downloads = downloads
+        self.pairs = load_catalog()
+        self.free_vram, self.free_ram = free_memory()
+        self._job: int | None = None
+        layout = QVBoxLayout(self)
+        rec = recommended(self.pairs, self.free_vram, self.free_ram)
+        machine = ("no NVIDIA GPU found; " if self.free_vram is None else
+                   f"{human_bytes(self.free_vram)} VRAM free; ") + f"{human_bytes(self.free_ram)} RAM free"
+        self.recommendation = QLabel(f"This machine: {machine}."
+                                     + (f"  Recommended pair: <b>{rec.name}</b>" if rec else ""))
+        self.recommendation.setWordWrap(True)
+        layout.addWidget(self.recommendation)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._catalog_tab(rec), "Catalog")
+        self.tabs.addTab(self._installed_tab(), "Installed")
+        layout.addWidget(self.tabs)
+        downloads.progress.connect(self._on_progress)
+        downloads.finished.connect(self._on_finished)
+        downloads.failed.connect(self._on_failed)
+        self.refresh_installed()
+
+    # -- catalog --------------------------------------------------------------------
+
+    def _catalog_tab(self, rec: CatalogPair | None) -> QWidget:
+        tab = QWidget()
+        v = QVBoxLayout(tab)
+        self.catalog = QTableWidget(len(self.pairs), 4)
+        self.catalog.setHorizontalHeaderLabels(["Pair", "Download", "On this machine (approx.)", "Licence"])
+        self.catalog.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.catalog.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.catalog.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        for row, p in enumerate(self.pairs):
+            name = QTableWidgetItem(p.name + ("  ★ recommended" if p is rec else ""))
+            name.setData(ROLE, p.id)
+            name.setToolTip("\n".join([p.target.ref, *(d.ref for d in p.drafts)]))
+            self.catalog.setItem(row, 0, name)
+            self.catalog.setItem(row, 1, QTableWidgetItem(human_bytes(p.size)))
+            self.catalog.setItem(row, 2, QTableWidgetItem(approx_fit(p, self.free_vram, self.free_ram)))
+            lic = QTableWidgetItem(p.licence + (" (gated)" if p.gated else ""))
+            lic.setToolTip(p.gated)
+            self.catalog.setItem(row, 3, lic)
+            if p is rec:
+                self.catalog.selectRow(row)
+        v.addWidget(self.catalog)
+        row = QHBoxLayout()
+        self.download_button = QPushButton("Download pair")
+        self.download_button.clicked.connect(self.download_selected)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.downloads.cancel)
+        self.progress = QProgressBar()
+        self.progress_label = QLabel("Downloads resume where they stopped and are checked against their hash.")
+        row.addWidget(self.download_button)
+        row.addWidget(self.cancel_button)
+        row.addWidget(self.progress, 1)
+        v.addLayout(row)
+        v.addWidget(self.progress_label)
+        return tab
+
+    def download_selected(self) -> None:
+        rows = self.catalog.selectionModel().selectedRows()
+        if not rows or self.downloads.active is not None:
+            return
+        pair = next(p for p in self.pairs if p.id == self.catalog.item(rows[0].row(), 0).data(ROLE))
+        files = [pair.target.hub_file()] + ([pair.drafts[0].hub_file()] if pair.drafts else [])
+        self._sources = [pair.target.ref] + ([pair.drafts[0].ref] if pair.drafts else [])
+        self._job = self.downloads.start(files)
+        self.download_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress_label.setText(f"Starting {pair.name}…")
+
+    def _on_progress(self, job: int, p: DownloadProgress) -> None:
+        if job != self._job:
+            return
+        self.progress.setMaximum(1000)
+        self.progress.setValue(int(1000 * p.done_bytes / p.total_bytes) if p.total_bytes else 0)
+        eta = "" if p.eta_s is None else f", {p.eta_s:.0f} s left"
+        self.progress_label.setText(f"{p.filename} ({p.file_index + 1}/{p.file_count}): "
+                                    f"{human_bytes(p.done_bytes)} of {human_bytes(p.total_bytes)} at "
+                                    f"{human_bytes(p.rate_bytes_s)}/s{eta}")
+
+    def _on_finished(self, job: int, paths: list[Path]) -> None:
+        if job != self._job:
+            return
+        for source, path in zip(self._sources, paths, strict=False):
+            self.registry.add(path, source=source)
+        self._end(f"Downloaded and verified: {', '.join(Path(p).name for p in paths)}")
+        self.refresh_installed()
+        self.tabs.setCurrentIndex(1)
+
+    def _on_failed(self, job: int, message: str, cancelled: bool) -> None:
+        if job == self._job:
+            self._end(("Cancelled; the next download resumes. " if cancelled else "") + message)
+
+    def _end(self, text: str) -> None:
+        self._job = None
+        self.download_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.progress_label.setText(text)
+
+    # -- installed -------------------------------------------------------------------
+
+    def _installed_tab(self) -> QWidget:
+        tab = QWidget()
+        h = QHBoxLayout(tab)
+        left = QVBoxLayout()
+        left.addWidget(QLabel("Installed models (pick the target):"))
+        self.installed = QListWidget()
+        self.installed.currentItemChanged.connect(lambda *_: self.refresh_drafts())
+        left.addWidget(self.installed)
+        self.import_button = QPushButton("Import GGUF files…")
+        self.import_button.clicked.connect(self.import_files)
+        left.addWidget(self.import_button)
+        right = QVBoxLayout()
+        right.addWidget(QLabel("Drafts for this target (same tokenizer required):"))
+        self.drafts = QListWidget()
+        right.addWidget(self.drafts)
+        self.use_button = QPushButton("Use for this chat")
+        self.use_button.clicked.connect(self._use)
+        self.message = QLabel()
+        self.message.setWordWrap(True)
+        right.addWidget(self.message)
+        right.addWidget(self.use_button)
+        h.addLayout(left, 1)
+        h.addLayout(right, 1)
+        return tab
+
+    def refresh_installed(self) -> None:
+        self.installed.clear()
+        for m in sorted(self.registry.models(), key=lambda m: -m.size):
+            item = QListWidgetItem(f"{m.name}  ({human_bytes(m.size)})" + ("" if m.is_current() else "  — missing"))
+            item.setData(ROLE, m.path)
+            item.setToolTip(m.path)
+            self.installed.addItem(item)
+        if self.installed.count():
+            self.installed.setCurrentRow(0)
+
+    def refresh_drafts(self) -> None:
+        self.drafts.clear()
+        item = self.installed.currentItem()
+        if item is None:
+            return
+        none = QListWidgetItem("No draft (plain decoding, or prompt lookup)")
+        none.setData(ROLE, None)
+        self.drafts.addItem(none)
+        for model, verdict in self.registry.drafts_for(item.data(ROLE)):
+            entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
+            entry.setData(ROLE, model.path if verdict else None)
+            entry.setToolTip(verdict.reason)
+            if not verdict:  # listed, with the reason, but cannot be picked
+                entry.setFlags(entry.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
+            self.drafts.addItem(entry)
+        self.drafts.setCurrentRow(1 if self.drafts.count() > 1 and self.drafts.item(1).data(ROLE) else 0)
+
+    def import_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Import GGUF files", str(Path.home()), "GGUF models (*.gguf)")
+        self.import_paths([Path(p) for p in paths])
+
+    def import_paths(self, paths: list[Path]) -> list[str]:
+        errors = []
+        for p in paths:
+            try:
+                self.registry.add(p)
+            except GGUFError as exc:
+                errors.append(str(exc))
+        self.message.setText("\n".join(errors))
+        self.refresh_installed()
+        return errors
+
+    def _use(self) -> None:
+        target = self.installed.currentItem()
+        draft = self.drafts.currentItem()
+        if target is None:
+            return
+        d = draft.data(ROLE) if draft is not None else None
+        self.pairChosen.emit(Path(target.data(ROLE)), Path(d) if d else None)
+        self.accept()

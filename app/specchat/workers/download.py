@@ -1,0 +1,85 @@
+"""The download thread: one job (a model pair) at a time, progress as signals, cancel any time."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from specchat.models.hub import DownloadCancelled, DownloadError, DownloadProgress, HubFile, download_files
+
+
+class _DownloadWorker(QObject):
+    progress = Signal(int, object)  # job id, DownloadProgress
+    finished = Signal(int, object)  # job id, list[Path]
+    failed = Signal(int, str, bool)  # job id, one-line message, cancelled?
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancel_flag = threading.Event()
+
+    @Slot(int, object)
+    def run(self, job: int, files: Sequence[HubFile]) -> None:
+        self.cancel_flag.clear()
+        try:
+            paths = download_files(list(files), progress=lambda p: self.progress.emit(job, p),
+                                   should_cancel=self.cancel_flag.is_set)
+        except DownloadCancelled as exc:
+            self.failed.emit(job, str(exc), True)
+        except DownloadError as exc:
+            self.failed.emit(job, str(exc), False)
+        except Exception as exc:  # never kill the app
+            self.failed.emit(job, f"download failed: {exc}", False)
+        else:
+            self.finished.emit(job, [Path(p) for p in paths])
+
+
+class DownloadService(QObject):
+    """GUI-side handle of the download thread (not a widget; dialogs receive it)."""
+
+    progress = Signal(int, object)
+    finished = Signal(int, object)
+    failed = Signal(int, str, bool)
+    _run = Signal(int, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread = QThread()
+        self._thread.setObjectName("specchat-download")
+        self._worker = _DownloadWorker()
+        self._worker.moveToThread(self._thread)
+        self._run.connect(self._worker.run)
+        self._worker.progress.connect(self.progress)
+        self._worker.finished.connect(self._done)
+        self._worker.failed.connect(self._fail)
+        self._thread.start()
+        self._next = 0
+        self.active: int | None = None
+
+    def start(self, files: Sequence[HubFile]) -> int:
+        """Queue a job; jobs run one after another.  Returns the job id."""
+        self._next += 1
+        self.active = self._next
+        self._run.emit(self._next, tuple(files))
+        return self._next
+
+    def cancel(self) -> None:
+        self._worker.cancel_flag.set()
+
+    def _done(self, job: int, paths: object) -> None:
+        self.active = None
+        self.finished.emit(job, paths)
+
+    def _fail(self, job: int, message: str, cancelled: bool) -> None:
+        self.active = None
+        self.failed.emit(job, message, cancelled)
+
+    def shutdown(self, timeout_ms: int = 10_000) -> None:
+        self.cancel()
+        self._thread.quit()
+        self._thread.wait(timeout_ms)
+
+
+__all__ = ["DownloadProgress", "DownloadService"]
