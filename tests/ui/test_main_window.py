@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from specchat.config import AppConfig
 from specchat.models.registry import Registry
 from specchat.store import ChatSettings, open_store
 from specchat.ui.main_window import MainWindow
@@ -16,7 +17,8 @@ pytestmark = pytest.mark.real_models
 
 @pytest.fixture
 def env(tmp_path):
-    return {"db": tmp_path / "chats.sqlite3", "registry": tmp_path / "registry.json"}
+    return {"db": tmp_path / "chats.sqlite3", "registry": tmp_path / "registry.json",
+            "config": tmp_path / "config.toml"}
 
 
 def make_window(qtbot, env, settings: ChatSettings | None = None):
@@ -25,7 +27,7 @@ def make_window(qtbot, env, settings: ChatSettings | None = None):
         store.create_chat("New chat", settings)
     service = GenerationService()
     downloads = DownloadService()
-    window = MainWindow(store, service, downloads, Registry(env["registry"]))
+    window = MainWindow(store, service, downloads, Registry(env["registry"]), AppConfig(env["config"]))
     qtbot.addWidget(window)
     window._teardown = (service, store)
     return window

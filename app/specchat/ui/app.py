@@ -8,17 +8,25 @@ import sys
 def run_app(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
+    from specchat.config import AppConfig, ConfigError
     from specchat.store import open_store
     from specchat.workers.generation import GenerationService
 
     from .main_window import MainWindow
+    from .theme import apply_theme
 
+    try:
+        config = AppConfig()
+    except ConfigError as exc:
+        print(f"specchat: {exc}", file=sys.stderr)
+        return 2
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("SpecChat")
     app.setOrganizationName("SpecChat")
+    apply_theme(str(config["theme"]))
     store = open_store()
     service = GenerationService()
-    window = MainWindow(store, service)
+    window = MainWindow(store, service, config=config)
     window.show()
     try:
         return app.exec()

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from specchat import __version__
+from specchat.config import AppConfig
 from specchat.engine import Done, Error, Fallback, Mode, SamplingSettings, TokenOrigin, TokensEmitted
 from specchat.engine.pair import PairConfig
 from specchat.engine.reasoning import ReasoningParser
@@ -43,7 +44,8 @@ from specchat.workers.generation import GenerationService, PairInfo, Started
 from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .models_dialog import ModelsDialog, recommended
-from .settings_dialogs import ChatSettingsDialog, SettingsDialog, app_setting, controller_settings
+from .settings_dialogs import ChatSettingsDialog, SettingsDialog
+from .theme import apply_theme
 
 SPECULATION_TO_MODE = {"off": Mode.BASELINE, "draft": Mode.DRAFT, "lookup": Mode.LOOKUP, "auto": Mode.AUTO}
 
@@ -89,8 +91,9 @@ class _Answer:
 
 class MainWindow(QMainWindow):
     def __init__(self, store: Store, service: GenerationService, downloads: DownloadService | None = None,
-                 registry: Registry | None = None, parent=None) -> None:
+                 registry: Registry | None = None, config: AppConfig | None = None, parent=None) -> None:
         super().__init__(parent)
+        self.config = config or AppConfig()
         self.store = store
         self.service = service
         self.downloads = downloads or DownloadService(self)
@@ -197,6 +200,10 @@ class MainWindow(QMainWindow):
         self.tint_action = self.view_menu.addAction("Colour accepted draft tokens")
         self.tint_action.setCheckable(True)
         self.tint_action.toggled.connect(self.conversation.set_tint)
+        self.dark_action = self.view_menu.addAction("Dark theme")
+        self.dark_action.setCheckable(True)
+        self.dark_action.setChecked(self.config["theme"] == "dark")
+        self.dark_action.toggled.connect(self._toggle_theme)
         help_ = self.menuBar().addMenu("&Help")
         help_.addAction("About SpecChat", self.about)
 
@@ -215,9 +222,9 @@ class MainWindow(QMainWindow):
 
     def new_chat(self) -> None:
         last = self.store.list_chats()
-        defaults = last[0].settings if last else ChatSettings(speculation=self.store.get_setting("default_mode",
-                                                                                                   "auto"))
-        chat = self.store.create_chat("New chat", replace(defaults, system_prompt=defaults.system_prompt))
+        # a new chat starts from the latest chat's pair and settings, with the default speculation mode
+        base = last[0].settings if last else ChatSettings()
+        chat = self.store.create_chat("New chat", replace(base, speculation=str(self.config["default_mode"])))
         self.open_chat(chat.id)
         self.refresh_chats()
 
@@ -286,11 +293,10 @@ class MainWindow(QMainWindow):
         self.loaded_pair = (s.target, s.draft)
         self.pair_info = None
         self.pair_status.setText(f"loading {s.target.name}…")
-        opts = ModelOptions(n_ctx=int(app_setting(self.store, "n_ctx")),
-                            n_gpu_layers=int(app_setting(self.store, "gpu_layers")),
-                            n_threads=int(app_setting(self.store, "threads")))
-        dopts = replace(opts, n_gpu_layers=int(app_setting(self.store, "draft_gpu_layers")))
-        self.service.load(PairConfig(s.target, s.draft, opts, dopts, controller=controller_settings(self.store),
+        c = self.config
+        opts = ModelOptions(n_ctx=int(c["n_ctx"]), n_gpu_layers=int(c["gpu_layers"]), n_threads=int(c["threads"]))
+        dopts = replace(opts, n_gpu_layers=int(c["draft_gpu_layers"]))
+        self.service.load(PairConfig(s.target, s.draft, opts, dopts, controller=c.controller(),
                                      calibration_cache=_calibration_cache()))
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
@@ -464,9 +470,15 @@ class MainWindow(QMainWindow):
             self._show_settings(new)
 
     def edit_app_settings(self) -> None:
-        if SettingsDialog(self.store, self).exec():
+        if SettingsDialog(self.config, self).exec():
+            apply_theme(str(self.config["theme"]))
             self.loaded_pair = (None, None)  # reload with the new context, layers and thresholds
             self._ensure_pair(self.settings())
+
+    def _toggle_theme(self, dark: bool) -> None:
+        self.config.set("theme", "dark" if dark else "light")
+        self.config.save()
+        apply_theme(str(self.config["theme"]))
 
     def _first_run_hint(self) -> None:
         if self.registry.models() or self.settings().target is not None:

@@ -1,13 +1,9 @@
-"""App settings (context, GPU layers, threads, controller thresholds, default mode) and
-per-chat settings (system prompt, sampling, max tokens, task tag).
-
-App settings are declared once in :data:`APP_SETTINGS` (key, label, type, default,
-range) and stored in the store's settings table; the dialog is built from the list.
-"""
+"""App settings (context, GPU layers, threads, controller thresholds, default mode, theme)
+and per-chat settings (system prompt, sampling, max tokens, task tag)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from PySide6.QtWidgets import (
     QComboBox,
@@ -15,63 +11,27 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QSpinBox,
 )
 
-from specchat.engine.settings import ControllerSettings
-from specchat.store import ChatSettings, Store
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    key: str
-    label: str
-    default: object
-    lo: float = 0
-    hi: float = 1
-    choices: tuple[str, ...] = ()
-
-
-_C = ControllerSettings()
-APP_SETTINGS: tuple[Setting, ...] = (
-    Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144),
-    Setting("gpu_layers", "GPU layers, target (-1 = all)", -1, -1, 999),
-    Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999),
-    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256),
-    Setting("default_mode", "Default speculation for new chats", "auto", choices=("auto", "draft", "lookup", "off")),
-    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32),
-    Setting("p_min", "Draft stops below this top probability", _C.p_min, 0, 1),
-    Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0, 1),
-    Setting("min_sequence_acceptance", "Fall back below sequence acceptance", _C.min_sequence_acceptance, 0, 1),
-    Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share, 0, 1),
-)
-
-
-def app_setting(store: Store, key: str):
-    spec = next(s for s in APP_SETTINGS if s.key == key)
-    return store.get_setting(key, spec.default)
-
-
-def controller_settings(store: Store) -> ControllerSettings:
-    return ControllerSettings(
-        k_max=int(app_setting(store, "k_max")), p_min=float(app_setting(store, "p_min")),
-        min_token_acceptance=float(app_setting(store, "min_token_acceptance")),
-        min_sequence_acceptance=float(app_setting(store, "min_sequence_acceptance")),
-        fallback_warning_share=float(app_setting(store, "fallback_warning_share")),
-    )
+from specchat.config import SCHEMA, AppConfig, ConfigError
+from specchat.store import ChatSettings
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, store: Store, parent=None) -> None:
+    """Built from the declarative schema in :mod:`specchat.config`; saved to the config file."""
+
+    def __init__(self, config: AppConfig, parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self.store = store
+        self.config = config
         form = QFormLayout(self)
         self.fields = {}
-        for s in APP_SETTINGS:
-            value = app_setting(store, s.key)
+        for s in SCHEMA:
+            value = config[s.key]
             if s.choices:
                 w = QComboBox()
                 w.addItems(s.choices)
@@ -85,22 +45,29 @@ class SettingsDialog(QDialog):
                 w.setRange(s.lo, s.hi)
                 w.setSingleStep(0.05)
                 w.setValue(float(value))
+            w.setToolTip(s.help)
             self.fields[s.key] = w
             form.addRow(s.label, w)
+        self.error = QLabel()
+        self.error.setStyleSheet("color:#b00020")
+        form.addRow(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.save)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
 
     def values(self) -> dict[str, object]:
-        out = {}
-        for key, w in self.fields.items():
-            out[key] = w.currentText() if isinstance(w, QComboBox) else w.value()
-        return out
+        return {key: w.currentText() if isinstance(w, QComboBox) else w.value() for key, w in self.fields.items()}
 
     def save(self) -> None:
-        for key, value in self.values().items():
-            self.store.set_setting(key, value)
+        try:
+            for key, value in self.values().items():
+                self.config.set(key, value)
+            self.config.controller()  # k_min <= k_max and friends
+            self.config.save()
+        except (ConfigError, OSError) as exc:
+            self.error.setText(str(exc))
+            return
         self.accept()
 
 
