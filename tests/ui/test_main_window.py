@@ -29,6 +29,7 @@ def make_window(qtbot, env, settings: ChatSettings | None = None):
     downloads = DownloadService()
     window = MainWindow(store, service, downloads, Registry(env["registry"]), AppConfig(env["config"]))
     qtbot.addWidget(window)
+    window.show()
     window._teardown = (service, store)
     return window
 
