@@ -448,6 +448,7 @@ class MainWindow(QMainWindow):
 
     def models_dialog(self) -> ModelsDialog:
         dialog = ModelsDialog(self.registry, self.downloads, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
         dialog.pairChosen.connect(lambda t, d: self.update_settings(target=t, draft=d))
         return dialog
 

@@ -176,6 +176,7 @@ class ModelsDialog(QDialog):
         right = QVBoxLayout()
         right.addWidget(QLabel("Drafts for this target (same tokenizer required):"))
         self.drafts = QListWidget()
+        self.drafts.setWordWrap(True)
         right.addWidget(self.drafts)
         self.use_button = QPushButton("Use for this chat")
         self.use_button.clicked.connect(self._use)

@@ -50,6 +50,7 @@ class DownloadService(QObject):
         self._thread.setObjectName("specchat-download")
         self._worker = _DownloadWorker()
         self._worker.moveToThread(self._thread)
+        self._thread.finished.connect(self._worker.deleteLater)  # deleted in its own thread
         self._run.connect(self._worker.run)
         self._worker.progress.connect(self.progress)
         self._worker.finished.connect(self._done)

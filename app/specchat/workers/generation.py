@@ -145,6 +145,7 @@ class GenerationService(QObject):
         self._thread.setObjectName("specchat-generation")
         self._worker = GenerationWorker(pair_factory)
         self._worker.moveToThread(self._thread)
+        self._thread.finished.connect(self._worker.deleteLater)  # deleted in its own thread
         self._load.connect(self._worker.load)
         self._generate.connect(self._worker.generate)
         self._unload.connect(self._worker.unload)
