@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(out: str) -> int:
-    import test_models
     from PySide6.QtWidgets import QApplication
 
+    import test_models
     from specchat.models.registry import Registry
     from specchat.ui.models_dialog import ModelsDialog
     from specchat.workers.download import DownloadService
