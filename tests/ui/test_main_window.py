@@ -198,3 +198,30 @@ def test_end_to_end_with_the_qwen_pair(qtbot, env, qwen_target, qwen_draft):
     assert last.state == "done" and "def " in last.content
     assert last.stats.mode == "auto" and last.stats.tokens > 5
     close(w)
+
+
+def test_edit_and_resend_replaces_the_question_and_its_answer(qtbot, env, small):
+    w = make_window(qtbot, env, small)
+    wait_loaded(qtbot, w)
+    send(qtbot, w, "Say hello.")
+    w.edit_last("Count from 1 to 5.")
+    qtbot.waitUntil(lambda: not w.generating, timeout=60_000)
+    msgs = w.store.messages(w.chat_id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[0].content == "Count from 1 to 5." and msgs[1].state == "done"
+    close(w)
+
+
+def test_closing_the_window_while_generating_keeps_the_partial_answer(qtbot, env, small):
+    from dataclasses import replace
+
+    w = make_window(qtbot, env, replace(small, max_tokens=400))
+    wait_loaded(qtbot, w)
+    send(qtbot, w, "Write a very long story about a cat.", wait=False)
+    qtbot.waitUntil(lambda: len(w.conversation.messages[-1].content) > 20, timeout=60_000)
+    shown = w.conversation.messages[-1].content
+    close(w)
+    store = open_store(env["db"])
+    last = store.messages(store.list_chats()[0].id)[-1]
+    assert last.state == "stopped" and last.content.startswith(shown[:20]) and len(last.content) >= len(shown)
+    store.close()

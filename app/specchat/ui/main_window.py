@@ -114,12 +114,7 @@ class MainWindow(QMainWindow):
         self._status_timer = QTimer(self, interval=2000)
         self._status_timer.timeout.connect(self._update_memory)
         self._status_timer.start()
-        self.refresh_chats()
-        chats = self.store.list_chats()
-        if chats:
-            self.open_chat(chats[0].id)
-        else:
-            self.new_chat()
+        self._open_newest()
         self._first_run_hint()
 
     # -- layout -------------------------------------------------------------------
@@ -164,7 +159,7 @@ class MainWindow(QMainWindow):
         self.regen_button = QPushButton("Regenerate")
         self.regen_button.clicked.connect(self.regenerate)
         self.edit_button = QPushButton("Edit last")
-        self.edit_button.clicked.connect(self.edit_last)
+        self.edit_button.clicked.connect(lambda: self.edit_last())
         buttons.addStretch(1)
         for b in (self.edit_button, self.regen_button, self.send_button):
             buttons.addWidget(b)
@@ -258,6 +253,10 @@ class MainWindow(QMainWindow):
         self.stop()
         self.store.delete_chat(self.chat_id)
         self.chat_id = None
+        self._open_newest()
+
+    def _open_newest(self) -> None:
+        """Open the most recent chat, or a new one when there is none."""
         chats = self.store.list_chats()
         if chats:
             self.open_chat(chats[0].id)
@@ -431,14 +430,17 @@ class MainWindow(QMainWindow):
         self.open_chat(self.chat_id)
         self._generate()
 
-    def edit_last(self) -> None:
+    def edit_last(self, text: str | None = None) -> None:
+        """Edit the last user message (asking for the new text unless given) and answer it again."""
         if self.generating or self.chat_id is None:
             return
         msgs = self.store.messages(self.chat_id)
         last_user = next((m for m in reversed(msgs) if m.role == "user"), None)
         if last_user is None:
             return
-        text, ok = QInputDialog.getMultiLineText(self, "Edit and resend", "Message:", last_user.content)
+        ok = text is not None
+        if text is None:
+            text, ok = QInputDialog.getMultiLineText(self, "Edit and resend", "Message:", last_user.content)
         if ok and text.strip():
             self.store.edit_message(last_user.id, text.strip())
             self.open_chat(self.chat_id)
