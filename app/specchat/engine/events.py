@@ -64,6 +64,7 @@ class RoundStats:
     verify_s: float
     overhead_s: float
     catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
+    fallback: bool = False  # plain because a guard rail tripped (not by choice of the cost model)
 
     @property
     def wall_s(self) -> float:

@@ -80,12 +80,12 @@ class _Totals:
         self.draft_s = self.verify_s = self.overhead_s = 0.0
         self.fallbacks: list[str] = []
 
-    def add(self, r: RoundStats, fallback: bool) -> None:
+    def add(self, r: RoundStats) -> None:
         self.rounds += 1
         self.draft_s += r.draft_s
         self.verify_s += r.verify_s
         self.overhead_s += r.overhead_s
-        self.fallback_rounds += fallback
+        self.fallback_rounds += r.fallback
         if r.drafted:
             self.with_draft += 1
             self.drafted += r.drafted
@@ -245,11 +245,12 @@ def generate(
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
                 catch_up=drafter_model.last_catch_up if plan.drafter == "model" else 0,
+                fallback=plan.fallback,
             )
             round_index += 1
             yield from chunks
             yield round_stats
-            totals.add(round_stats, plan.fallback)
+            totals.add(round_stats)
             for fb in controller.observe(mode, plan, round_stats):
                 totals.fallbacks.append(fb.reason)
                 yield fb

@@ -1,0 +1,113 @@
+"""Export round-level telemetry as CSV (one row per round) or JSON (rounds, answers, totals, definitions).
+
+The scope is one chat or everything since the app started.  CSV is for spreadsheets and
+pandas: a header row of :data:`~.records.ROUND_FIELDS`, then one row per round; unknown
+values are empty cells and flags are 1/0.  JSON is for anyone who wants to check our
+numbers: it carries the metric definitions the numbers follow, the running totals of
+the scope, each answer's engine totals and the same round rows (unknown values null).
+
+Files are written next to their destination and renamed into place, so an export that
+fails half-way never leaves a truncated file under the user's chosen name.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from .recorder import ALL_CHATS, TelemetryRecorder
+from .records import METRIC_DEFINITIONS, ROUND_FIELDS, AnswerRecord, RoundRecord
+
+FORMAT = "specchat-telemetry"
+FORMAT_VERSION = 1
+
+
+def round_row(record: RoundRecord) -> dict[str, Any]:
+    """One round as a flat dict in :data:`ROUND_FIELDS` order (None stays None)."""
+    return {name: getattr(record, name) for name in ROUND_FIELDS}
+
+
+def write_rounds_csv(records: Iterable[RoundRecord], out: TextIO) -> int:
+    """Write the header and one row per round to an open text file; returns the number of rows."""
+    writer = csv.DictWriter(out, fieldnames=ROUND_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    n = 0
+    for record in records:
+        writer.writerow({k: _cell(v) for k, v in round_row(record).items()})
+        n += 1
+    return n
+
+
+def _cell(value: Any) -> Any:
+    """Unknown is an empty cell; a flag is 1 or 0 (what spreadsheets and pandas read back as numbers)."""
+    if value is None:
+        return ""
+    return int(value) if isinstance(value, bool) else value
+
+
+def _answer_dict(answer: AnswerRecord) -> dict[str, Any]:
+    out = asdict(answer)
+    if answer.stats is not None:  # the engine's derived numbers too, under their DESIGN.md names
+        s = answer.stats
+        out["stats"].update(decode_tok_s=s.decode_tok_s, token_acceptance=s.token_acceptance,
+                            sequence_acceptance=s.sequence_acceptance, mean_k=s.mean_k,
+                            mean_accepted=s.mean_accepted, fallback_share=s.fallback_share)
+    return out
+
+
+def telemetry_document(recorder: TelemetryRecorder, chat_id: Any = ALL_CHATS) -> dict[str, Any]:
+    """The JSON export as a dict: definitions, totals and answers of the scope, then its rounds."""
+    everything = chat_id is ALL_CHATS
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "scope": "all" if everything else "chat",
+        "chat_id": None if everything else chat_id,
+        "metric_definitions": dict(METRIC_DEFINITIONS),
+        "plain_rate": recorder.plain_rate,
+        "plain_rate_source": recorder.plain_rate_source,
+        "totals": recorder.totals(chat_id).as_dict(),
+        "answers": [_answer_dict(a) for a in recorder.answers(chat_id)],
+        "fields": list(ROUND_FIELDS),
+        "rounds": [round_row(r) for r in recorder.rounds(chat_id)],
+    }
+
+
+def _write_atomically(dest: Path, text: str) -> None:
+    dest = Path(dest)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_csv(recorder: TelemetryRecorder, dest: Path | str, *, chat_id: Any = ALL_CHATS) -> int:
+    """Write one chat's rounds (or all since start) to ``dest`` as CSV; returns the number of rows."""
+    buf = io.StringIO()
+    n = write_rounds_csv(recorder.rounds(chat_id), buf)
+    _write_atomically(Path(dest), buf.getvalue())
+    return n
+
+
+def export_json(recorder: TelemetryRecorder, dest: Path | str, *, chat_id: Any = ALL_CHATS) -> dict[str, Any]:
+    """Write one chat's telemetry (or all since start) to ``dest`` as JSON; returns what was written.
+
+    Chat and request ids that JSON cannot hold are written as text; NaN never appears
+    (unknown values are null).
+    """
+    doc = telemetry_document(recorder, chat_id)
+    _write_atomically(Path(dest), json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n")
+    return doc

@@ -1,0 +1,287 @@
+"""What the telemetry keeps and hands out: round and answer records, running numbers, plot snapshots.
+
+Plain frozen values, so that the GUI thread (and export) can hold on to them while the
+recorder goes on; the metric definitions live here once (:data:`METRIC_DEFINITIONS`),
+for the numbers below, the export and the panel's tooltips alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from specchat.engine.events import GenerationStats
+
+from .samplers import MemorySample
+
+METRIC_DEFINITIONS: dict[str, str] = {
+    "token_acceptance": "accepted draft tokens / drafted tokens",
+    "sequence_acceptance": "rounds whose whole draft was accepted / rounds with a draft",
+    "decode_tok_s": "tokens emitted after the first / decode wall time (prefill excluded)",
+    "prefill_tok_s": "prompt tokens evaluated (not reused from the KV cache) / prefill wall time",
+    "multiplier": "speculative decode tok/s / plain decode tok/s of the same pair",
+    "mean_k": "sum of the draft length K over rounds with a draft / rounds with a draft",
+    "mean_accepted": "accepted draft tokens / rounds with a draft",
+    "fallback_share": "rounds decoded plain because a guard rail fell back / rounds",
+    "time_split": "per round: draft, verify, overhead (everything else); wall = their sum",
+    "round_tok_s": "tokens emitted in the round / the round's wall time",
+    "round_tok_s_smooth": "exponential moving average of tokens emitted / of wall time, per answer",
+    "rolling_acceptance": "token and sequence acceptance over the last N rounds with a draft",
+    "live_decode_s": "while an answer streams: the sum of its rounds' wall times; once done: the engine's",
+}
+
+ChatId = Hashable | None  # whatever the store uses; None for answers outside a chat (CLI)
+
+
+# -- records ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    """One round as exported: the engine's RoundStats plus when, where and what it did to the plots."""
+
+    t: float  # wall-clock seconds (time.time()) when the round reached the recorder
+    chat_id: ChatId
+    request_id: Hashable
+    round: int  # index within its answer
+    seq: int  # rounds recorded since start: the x axis of the per-round plots
+    drafter: str
+    k: int
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    catch_up: int
+    tok_s: float | None  # emitted / wall; None for a round with no measured time
+    tok_s_smooth: float | None
+    token_acceptance: float | None  # rolling, over the last N rounds with a draft
+    sequence_acceptance: float | None
+    in_fallback: bool  # decoded plain because a guard rail had fallen back
+    fallback: bool = False  # a fallback (or the fallback warning) was declared at this round
+    fallback_reason: str = ""
+
+    @property
+    def wall_s(self) -> float:
+        return self.draft_s + self.verify_s + self.overhead_s
+
+
+ROUND_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RoundRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackMarker:
+    """A fallback to draw on the K plot at round ``seq``, with its reason as the tooltip."""
+
+    t: float
+    seq: int  # the round it was declared after; for a note before the first round, that first round
+    k: int  # K of that round (0 before the first round)
+    reason: str
+    permanent: bool
+    warning: bool
+    chat_id: ChatId
+    request_id: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """One finished (or abandoned) answer: the engine's totals when it said Done."""
+
+    request_id: Hashable
+    chat_id: ChatId
+    mode: str | None
+    started: float
+    finished: float
+    stop_reason: str  # a StopReason value, or "abandoned" when no Done arrived
+    stats: GenerationStats | None  # None when abandoned
+    prefill_tokens: int  # evaluated, not reused
+    prefill_s: float
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningNumbers:
+    """Totals of one answer or of many, with the derived metrics as properties.
+
+    Raw counts, never averaged ratios, so that adding answers up stays exact (the same
+    rule as :mod:`specchat.store.task_stats`).
+    """
+
+    answers: int
+    tokens: int
+    decoded_tokens: int  # tokens emitted after the first, over answers with a decode phase
+    decode_s: float
+    rounds: int
+    drafted: int
+    accepted: int
+    rounds_with_draft: int
+    rounds_fully_accepted: int
+    k_sum: int
+    fallback_rounds: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    prefill_tokens: int
+    prefill_s: float
+    current_k: int | None  # K of the newest round
+    multiplier: float | None  # speculative tok/s / plain tok/s; None while either is unknown
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.decoded_tokens / self.decode_s if self.decode_s > 0 and self.decoded_tokens > 0 else None
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 and self.prefill_tokens else None
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return self.rounds_fully_accepted / self.rounds_with_draft if self.rounds_with_draft else None
+
+    @property
+    def mean_k(self) -> float | None:
+        return self.k_sum / self.rounds_with_draft if self.rounds_with_draft else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        return self.accepted / self.rounds_with_draft if self.rounds_with_draft else None
+
+    @property
+    def fallback_share(self) -> float | None:
+        return self.fallback_rounds / self.rounds if self.rounds else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counts and derived metrics, for export."""
+        out = asdict(self)
+        for name in ("tok_s", "prefill_tok_s", "token_acceptance", "sequence_acceptance", "mean_k",
+                     "mean_accepted", "fallback_share"):
+            out[name] = getattr(self, name)
+        return out
+
+
+class Tally:
+    """Mutable counts behind :class:`RunningNumbers` (the recorder's, not for the GUI).
+
+    ``spec_*`` count speculative answers only: the multiplier compares those with plain decoding.
+    """
+
+    __slots__ = ("answers", "tokens", "decoded", "decode_s", "rounds", "drafted", "accepted", "rwd", "rfa",
+                 "k_sum", "fallback_rounds", "draft_s", "verify_s", "overhead_s", "prefill_tokens",
+                 "prefill_s", "spec_decoded", "spec_decode_s")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def add(self, other: Tally) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def numbers(self, current_k: int | None, plain_rate: float | None, *, speculative_only: bool = True
+                ) -> RunningNumbers:
+        """Freeze the counts.  The multiplier's numerator is the speculative answers' decode rate
+        (``speculative_only``, for totals over many answers) or every counted answer's (for one answer,
+        whatever its mode: a plain answer then shows about 1x)."""
+        decoded, decode_s = ((self.spec_decoded, self.spec_decode_s) if speculative_only
+                             else (self.decoded, self.decode_s))
+        rate = decoded / decode_s if decode_s > 0 and decoded else None
+        multiplier = rate / plain_rate if rate is not None and plain_rate else None
+        return RunningNumbers(
+            answers=self.answers, tokens=self.tokens, decoded_tokens=self.decoded,
+            decode_s=float(self.decode_s),
+            rounds=self.rounds, drafted=self.drafted, accepted=self.accepted, rounds_with_draft=self.rwd,
+            rounds_fully_accepted=self.rfa, k_sum=self.k_sum, fallback_rounds=self.fallback_rounds,
+            draft_s=float(self.draft_s), verify_s=float(self.verify_s), overhead_s=float(self.overhead_s),
+            prefill_tokens=self.prefill_tokens, prefill_s=float(self.prefill_s), current_k=current_k,
+            multiplier=multiplier,
+        )
+
+
+# -- the snapshot the GUI reads ---------------------------------------------------------------------
+
+ROUND_COLUMNS = ("t", "seq", "k", "drafted", "accepted", "emitted", "tok_s", "tok_s_smooth",
+                 "token_acceptance", "sequence_acceptance", "draft_s", "verify_s", "overhead_s", "fallback",
+                 "in_fallback")
+MEMORY_COLUMNS = ("t", "rss", "ram_available", "process_vram", "vram_used")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSeries:
+    """Per-round plot data, oldest first, all the same length; read-only numpy arrays.
+
+    Unknown values are NaN (a round without a draft before any round had one has no
+    rolling acceptance).  ``fallback`` and ``in_fallback`` are 0/1.
+    """
+
+    t: np.ndarray
+    seq: np.ndarray
+    k: np.ndarray
+    drafted: np.ndarray
+    accepted: np.ndarray
+    emitted: np.ndarray
+    tok_s: np.ndarray
+    tok_s_smooth: np.ndarray
+    token_acceptance: np.ndarray
+    sequence_acceptance: np.ndarray
+    draft_s: np.ndarray
+    verify_s: np.ndarray
+    overhead_s: np.ndarray
+    fallback: np.ndarray
+    in_fallback: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySeries:
+    """Memory plot data, oldest first: bytes; ``vram_used`` has one column per GPU."""
+
+    t: np.ndarray
+    rss: np.ndarray
+    ram_available: np.ndarray
+    process_vram: np.ndarray  # NaN where NVML could not tell
+    vram_used: np.ndarray  # shape (samples, GPUs); (samples, 0) without NVML
+    vram_total: tuple[int, ...] = ()
+    gpu_names: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    @classmethod
+    def empty(cls) -> MemorySeries:
+        """No sample yet."""
+        none = np.empty(0)
+        none.setflags(write=False)
+        no_gpus = np.empty((0, 0))
+        no_gpus.setflags(write=False)
+        return cls(none, none, none, none, no_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySnapshot:
+    """Everything the panel draws, at one moment; immutable, so the GUI can keep it as long as it likes."""
+
+    version: int  # changes whenever anything in it would
+    rounds: RoundSeries
+    memory: MemorySeries
+    markers: tuple[FallbackMarker, ...]
+    answer: RunningNumbers | None  # the current answer, or the last one
+    answer_request_id: Hashable | None
+    answer_streaming: bool
+    total: RunningNumbers  # since the app started
+    latest_memory: MemorySample | None
+    plain_rate: float | None  # the reference line on the tok/s plot
+    plain_rate_source: str | None  # "set" or "baseline answers"
+    min_token_acceptance: float  # the fallback thresholds, drawn as lines
+    min_sequence_acceptance: float
+    window_rounds: int
+    keep_seconds: float
