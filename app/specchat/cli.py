@@ -233,6 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"  {run.prompt_id:<16} {run.mode:<9} #{run.repeat}: {run.tokens} tok, "
                   f"{run.decode_tok_s:.1f} tok/s{acc}", file=sys.stderr, flush=True)
 
+        calibrated = {"verify_s": dict(c.verify_s), "draft_s": dict(c.draft_s)}  # before the run's learning
         reference = args.reference and Mode.BASELINE in modes
         runs, refs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat,
                                sampling=sampling, reference=reference, progress=progress)
@@ -250,7 +251,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "backend": info["backend"], "llama_cpp_python": info["llama_cpp_python"],
                 "threads": pair.target.n_threads, "ctx": pair.target.n_ctx, "temp": sampling.temperature,
                 "max_tokens": args.max_tokens, "repeat": args.repeat,
-                "calibration": {"verify_s": c.verify_s, "draft_s": c.draft_s},
+                "calibration": calibrated,
+                "costs_at_end": {"verify_s": c.verify_s, "draft_s": c.draft_s},
                 "reference": [asdict(r) for r in refs],
                 "summary": [asdict(r) for r in rows],
                 "runs": [r.to_json() for r in runs],
