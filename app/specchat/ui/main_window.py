@@ -38,6 +38,9 @@ from specchat.engine.reasoning import ReasoningParser
 from specchat.engine.runtime import ModelOptions
 from specchat.models.registry import Registry
 from specchat.store import ChatSettings, MessageStats, Store
+from specchat.telemetry import TelemetryRecorder
+from specchat.telemetry.export import export_csv, export_json
+from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, PairInfo, Started
 
@@ -45,6 +48,8 @@ from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .models_dialog import ModelsDialog, recommended
 from .settings_dialogs import ChatSettingsDialog, SettingsDialog
+from .task_table import TaskTableDialog
+from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
 
 SPECULATION_TO_MODE = {"off": Mode.BASELINE, "draft": Mode.DRAFT, "lookup": Mode.LOOKUP, "auto": Mode.AUTO}
@@ -91,9 +96,13 @@ class _Answer:
 
 class MainWindow(QMainWindow):
     def __init__(self, store: Store, service: GenerationService, downloads: DownloadService | None = None,
-                 registry: Registry | None = None, config: AppConfig | None = None, parent=None) -> None:
+                 registry: Registry | None = None, config: AppConfig | None = None,
+                 sampler: MemorySampler | None = None, parent=None) -> None:
         super().__init__(parent)
         self.config = config or AppConfig()
+        self.recorder = TelemetryRecorder(settings=self.config.controller())
+        self.telemetry = TelemetryPanel(self.recorder, sampler, self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
         self.store = store
         self.service = service
         self.downloads = downloads or DownloadService(self)
@@ -183,6 +192,8 @@ class MainWindow(QMainWindow):
         new = file.addAction("New chat", self.new_chat)
         new.setShortcut(QKeySequence.StandardKey.New)
         file.addSeparator()
+        file.addAction("Export this chat's telemetry…", lambda: self._export_telemetry(self.chat_id))
+        file.addSeparator()
         quit_ = file.addAction("Quit", self.close)
         quit_.setShortcut(QKeySequence.StandardKey.Quit)
         self.models_menu = self.menuBar().addMenu("&Models")
@@ -192,6 +203,10 @@ class MainWindow(QMainWindow):
         self.models_menu.addSeparator()
         self.models_menu.addAction("Settings…", self.edit_app_settings)
         self.view_menu = self.menuBar().addMenu("&View")
+        panel_action = self.telemetry.toggleViewAction()
+        panel_action.setText("Telemetry panel")
+        self.view_menu.addAction(panel_action)
+        self.view_menu.addAction("Speculation by task…", lambda: TaskTableDialog(self.store, self).exec())
         self.tint_action = self.view_menu.addAction("Colour accepted draft tokens")
         self.tint_action.setCheckable(True)
         self.tint_action.toggled.connect(self.conversation.set_tint)
@@ -300,6 +315,10 @@ class MainWindow(QMainWindow):
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self.pair_info = info
+        # the reference line: this pair's plain decoding rate on this machine, from the calibration
+        self.recorder.reset_plain_rate()
+        if info.verify_ms.get(1):
+            self.recorder.set_plain_rate(1000.0 / info.verify_ms[1])
         self.header.set_reasoning_available(info.supports_reasoning_switch)
         self.pair_status.setText(f"{info.target}" + (f" + {info.draft}" if info.draft else "")
                                  + f" · {info.backend} · ctx {info.n_ctx}")
@@ -363,6 +382,7 @@ class MainWindow(QMainWindow):
             max_tokens=s.max_tokens, reasoning=reasoning,
         )
         self.answer = _Answer(rid, widget, writer, None)
+        self.recorder.begin(rid, self.chat_id, mode=SPECULATION_TO_MODE[s.speculation].value)
         self.send_button.setText("Stop")
         self.show_notice("")
         self._flush_timer.start()
@@ -375,6 +395,7 @@ class MainWindow(QMainWindow):
         a = self.answer
         if a is None or rid != a.request_id:
             return
+        self.recorder.feed(rid, self.chat_id, ev)
         if isinstance(ev, Started):
             a.parser = ReasoningParser(ev.starts_in_reasoning)
         elif isinstance(ev, TokensEmitted):
@@ -392,6 +413,9 @@ class MainWindow(QMainWindow):
         elif isinstance(ev, Fallback):
             if ev.warning or ev.permanent:
                 self.show_notice(ev.reason)
+            # guard rails and the fallback-share warning also go to the status bar, saying what to do
+            self.statusBar().showMessage(ev.reason if ev.warning else f"speculation paused: {ev.reason}",
+                                         0 if ev.warning else 15_000)
         elif isinstance(ev, Error):
             self.show_notice(ev.message, error=True)
         elif isinstance(ev, Done):
@@ -478,6 +502,14 @@ class MainWindow(QMainWindow):
             self.loaded_pair = (None, None)  # reload with the new context, layers and thresholds
             self._ensure_pair(self.settings())
 
+    def _export_telemetry(self, chat_id) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getSaveFileName(self, "Export this chat's rounds", "specchat-chat-rounds.csv",
+                                              "CSV (*.csv);;JSON (*.json)")
+        if path:
+            (export_json if path.endswith(".json") else export_csv)(self.recorder, path, chat_id=chat_id)
+
     def _toggle_theme(self, dark: bool) -> None:
         self.config.set("theme", "dark" if dark else "light")
         self.config.save()
@@ -514,6 +546,7 @@ class MainWindow(QMainWindow):
             self.answer = None
             a.writer.finish("stopped", None)
         self.downloads.shutdown()
+        self.telemetry.sampler.close()
         super().closeEvent(event)
 
 

@@ -1,0 +1,85 @@
+"""The telemetry dock fed a recorded event stream: what the plots and numbers hold."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "telemetry"))
+
+from event_streams import R, answer_events  # noqa: E402  (tests/telemetry/event_streams.py)
+
+from specchat.engine.events import Fallback  # noqa: E402
+from specchat.telemetry import TelemetryRecorder  # noqa: E402
+from specchat.telemetry.samplers import NO_GPU, RamSampler  # noqa: E402
+from specchat.ui.telemetry_panel import TelemetryPanel  # noqa: E402
+
+
+@pytest.fixture
+def panel(qtbot):
+    recorder = TelemetryRecorder()
+    p = TelemetryPanel(recorder, RamSampler(description=NO_GPU))
+    qtbot.addWidget(p)
+    p.show()
+    return p
+
+
+def feed(panel, events, request_id=1, chat_id=7):
+    t = 1000.0
+    for ev in events:
+        t += 0.05
+        panel.recorder.feed(request_id, chat_id, ev, now=t)
+    panel.repaint_now()
+
+
+def test_plots_and_numbers_follow_the_stream(panel):
+    rounds = [R(4, 4, 3)] * 10 + [R(4, 4, 0, fallback_after=(Fallback("token acceptance 0% < 50%"),))]
+    rounds += [R(0, 0, 0, plain_by_fallback=True)] * 3
+    feed(panel, answer_events(rounds))
+    k = panel.c_k.yData  # the full series (getData() is what survives clip-to-view)
+    assert list(k) == [4] * 11 + [0] * 3
+    acc = panel.c_tok_acc.yData
+    assert acc[9] == pytest.approx(0.75)  # 3 of 4 drafted tokens accepted, every round
+    tok_s = panel.c_speed.yData
+    assert tok_s[0] == pytest.approx(4 / 0.042)  # emitted / round wall time
+    spots = panel.s_fallback.data
+    assert len(spots) == 1 and spots[0]["data"] == "token acceptance 0% < 50%" and spots[0]["y"] == 4
+    total = panel.c_total.yData
+    assert total[0] == pytest.approx(42.0)  # draft + verify + overhead, in ms
+    text = panel.numbers.text()
+    assert "45</b> tokens" in text and "fallback <b>21%</b>" in text  # 1 + 10 x 4 + 1 + 3 x 1; 3 of 14 rounds
+    assert panel.tok_rail.value() == 0.5 and panel.seq_rail.value() == 0.6
+
+
+def test_plain_rate_draws_the_reference_line_and_the_multiplier(panel):
+    panel.recorder.set_plain_rate(25.0)
+    feed(panel, answer_events([R(4, 4, 4)] * 5))
+    assert panel.plain_line.isVisible() and panel.plain_line.value() == 25.0
+    assert "4.71×</b> vs plain" in panel.numbers.text()  # 117.9 tok/s / 25
+
+
+def test_pause_freezes_the_plots(panel):
+    feed(panel, answer_events([R(2, 2, 2)] * 3))
+    panel.pause_button.click()
+    feed(panel, answer_events([R(2, 2, 2)] * 3), request_id=2)
+    assert len(panel.c_k.yData) == 3
+    panel.pause_button.click()
+    assert len(panel.c_k.yData) == 6
+
+
+def test_without_nvml_the_panel_says_so_and_shows_ram(panel):
+    panel.sample_memory()
+    panel.repaint_now()
+    assert panel.memory_label.text().startswith(NO_GPU) and "RSS" in panel.memory_label.text()
+    rss = panel.c_rss.yData
+    assert rss is not None and np.all(rss > 0)
+
+
+def test_save_png(panel, tmp_path):
+    feed(panel, answer_events([R(2, 2, 1)] * 4))
+    out = tmp_path / "plots.png"
+    panel.save_png(str(out))
+    assert out.stat().st_size > 1000
