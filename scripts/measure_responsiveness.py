@@ -1,16 +1,20 @@
-"""How responsive is the window while the real pair generates?  (issue 4's event-loop check)
+"""How responsive is the window, and what does the telemetry panel cost, while the real pair generates?
 
-Opens the real window offscreen on a throw-away database, sends one prompt to the
-pinned Qwen pair, and meanwhile runs a 20 ms timer; prints the worst and the 99th
-percentile lateness of that timer, and the answer's decode speed.
+Opens the real window offscreen on a throw-away database, sends the same prompt to the
+pinned Qwen pair ``--answers`` times, alternating the telemetry panel hidden and shown
+(ABBA order, so drift hits both alike), and meanwhile runs a 20 ms timer.  Prints, per
+condition, the median decode speed and the worst and 99th-percentile lateness of the
+timer, and the ratio shown/hidden: all measured in this one run.
 
-    python scripts/measure_responsiveness.py [--tokens 200] [--mode auto] [--shot out.png]
+    python scripts/measure_responsiveness.py [--tokens 200] [--mode auto] [--answers 4]
+                                              [--shot out.png] [--mid-shot out.png]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -26,7 +30,9 @@ def main() -> int:
     ap.add_argument("--mode", default="auto", choices=["auto", "draft", "lookup", "off"])
     ap.add_argument("--prompt", default="Write a Python class for a bank account with deposit, withdraw and "
                                         "a transaction history, with docstrings.")
+    ap.add_argument("--answers", type=int, default=1, help="answers to generate, alternating panel hidden/shown")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
+    ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
     args = ap.parse_args()
 
     from PySide6.QtCore import QTimer
@@ -48,6 +54,8 @@ def main() -> int:
     window = MainWindow(store, service, registry=Registry(tmp / "registry.json"))
     window.resize(1200, 800)
     window.show()
+    runs: list[tuple[bool, float, list[float]]] = []  # (panel shown, decode tok/s, timer lateness)
+    plan = [(i % 4) in (1, 2) for i in range(args.answers)] if args.answers > 1 else [True]
     lateness: list[float] = []
     last = [time.perf_counter()]
 
@@ -65,27 +73,48 @@ def main() -> int:
         if window.pair_info is None:
             QTimer.singleShot(100, start)
             return
+        if len(runs) == len(plan):
+            if args.shot:
+                window.grab().save(str(args.shot))
+            app.quit()
+            return
+        window.telemetry.setVisible(plan[len(runs)])
+        if runs:
+            window.new_chat()
+        lateness.clear()
         window.composer.setPlainText(args.prompt)
         window.send()
         QTimer.singleShot(100, wait)
+        if args.mid_shot and len(runs) == len(plan) - 1:
+            QTimer.singleShot(int(args.tokens / 2 / 12 * 1000), lambda: window.grab().save(str(args.mid_shot)))
 
     def wait() -> None:
         if window.generating:
             QTimer.singleShot(100, wait)
             return
-        if args.shot:
-            window.grab().save(str(args.shot))
-        app.quit()
+        stats = store.messages(window.chat_id)[-1].stats
+        runs.append((plan[len(runs)], stats.decode_tok_s, sorted(lateness)))
+        print(f"  panel {'shown ' if runs[-1][0] else 'hidden'}: {stats.tokens} tokens at "
+              f"{stats.decode_tok_s:.1f} tok/s, timer worst {max(lateness, default=0) * 1e3:.1f} ms late",
+              flush=True)
+        QTimer.singleShot(0, start)
 
     QTimer.singleShot(0, start)
     app.exec()
     service.shutdown()
-    stats = store.messages(window.chat_id)[-1].stats
-    lateness.sort()
-    p99 = lateness[int(0.99 * (len(lateness) - 1))] if lateness else 0.0
-    print(f"{stats.tokens} tokens at {stats.decode_tok_s:.1f} tok/s ({args.mode}); 20 ms timer during "
-          f"generation: {len(lateness)} ticks, worst {max(lateness, default=0) * 1e3:.1f} ms late, "
-          f"p99 {p99 * 1e3:.1f} ms late")
+    for shown in (False, True):
+        sel = [r for r in runs if r[0] == shown]
+        if not sel:
+            continue
+        late = sorted(x for r in sel for x in r[2])
+        p99 = late[int(0.99 * (len(late) - 1))] if late else 0.0
+        rate = statistics.median(r[1] for r in sel)
+        print(f"panel {'shown' if shown else 'hidden'} ({args.mode}, {len(sel)} answers): median {rate:.1f} tok/s; "
+              f"20 ms timer worst {max(late, default=0) * 1e3:.1f} ms late, p99 {p99 * 1e3:.1f} ms")
+    shown = [r[1] for r in runs if r[0]]
+    hidden = [r[1] for r in runs if not r[0]]
+    if shown and hidden:
+        print(f"panel shown / hidden decode speed: {statistics.median(shown) / statistics.median(hidden):.3f}")
     return 0
 
 

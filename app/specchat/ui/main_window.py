@@ -103,6 +103,9 @@ class MainWindow(QMainWindow):
         self.recorder = TelemetryRecorder(settings=self.config.controller())
         self.telemetry = TelemetryPanel(self.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
+        # hidden until View -> Telemetry panel: on a 2-core machine a paint of its plots can hold the
+        # event loop for ~100 ms (docs/benchmarks.md); it opens by default once that is cheaper
+        self.telemetry.hide()
         self.store = store
         self.service = service
         self.downloads = downloads or DownloadService(self)
@@ -315,10 +318,9 @@ class MainWindow(QMainWindow):
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self.pair_info = info
-        # the reference line: this pair's plain decoding rate on this machine, from the calibration
+        # the reference line comes from this pair's answers with speculation off (learned by the
+        # recorder); the load-time calibration is a best case (min of a few decodes) and would flatter it
         self.recorder.reset_plain_rate()
-        if info.verify_ms.get(1):
-            self.recorder.set_plain_rate(1000.0 / info.verify_ms[1])
         self.header.set_reasoning_available(info.supports_reasoning_switch)
         self.pair_status.setText(f"{info.target}" + (f" + {info.draft}" if info.draft else "")
                                  + f" · {info.backend} · ctx {info.n_ctx}")
@@ -414,8 +416,12 @@ class MainWindow(QMainWindow):
             if ev.warning or ev.permanent:
                 self.show_notice(ev.reason)
             # guard rails and the fallback-share warning also go to the status bar, saying what to do
-            self.statusBar().showMessage(ev.reason if ev.warning else f"speculation paused: {ev.reason}",
-                                         0 if ev.warning else 15_000)
+            if ev.warning:
+                self.statusBar().showMessage(ev.reason)
+            elif not ev.permanent:
+                self.statusBar().showMessage(f"speculation paused: {ev.reason}. If this keeps happening: a "
+                                             "shorter draft, another draft model, or speculation off for this chat",
+                                             20_000)
         elif isinstance(ev, Error):
             self.show_notice(ev.message, error=True)
         elif isinstance(ev, Done):
