@@ -30,7 +30,9 @@ def main() -> int:
     ap.add_argument("--mode", default="auto", choices=["auto", "draft", "lookup", "off"])
     ap.add_argument("--prompt", default="Write a Python class for a bank account with deposit, withdraw and "
                                         "a transaction history, with docstrings.")
-    ap.add_argument("--answers", type=int, default=1, help="answers to generate, alternating panel hidden/shown")
+    ap.add_argument("--answers", type=int, default=1, help="answers to generate")
+    ap.add_argument("--panel", choices=["alternate", "hidden", "shown"], default="alternate",
+                    help="telemetry panel during the answers (alternate: hidden, shown, shown, hidden, ...)")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
     args = ap.parse_args()
@@ -55,7 +57,7 @@ def main() -> int:
     window.resize(1200, 800)
     window.show()
     runs: list[tuple[bool, float, list[float]]] = []  # (panel shown, decode tok/s, timer lateness)
-    plan = [(i % 4) in (1, 2) for i in range(args.answers)] if args.answers > 1 else [True]
+    plan = [(i % 4) in (1, 2) if args.panel == "alternate" else args.panel == "shown" for i in range(args.answers)]
     lateness: list[float] = []
     last = [time.perf_counter()]
 
