@@ -35,9 +35,15 @@ def main() -> int:
                     help="telemetry panel during the answers (alternate: hidden, shown, shown, hidden, ...)")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
+    ap.add_argument("--trace", type=float, default=0.0, metavar="MS",
+                    help="print every event the GUI thread took longer than MS to handle (receiver, event type)")
+    ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
+                    help="sys.setswitchinterval for this run (default: what the app sets)")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
 
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QThread, QTimer
     from PySide6.QtWidgets import QApplication
 
     import test_models
@@ -48,7 +54,29 @@ def main() -> int:
 
     target, draft = test_models.ensure("qwen-1.5b"), test_models.ensure("qwen-0.5b")
     tmp = Path(tempfile.mkdtemp())
-    app = QApplication([])
+    slow: list[tuple[float, str]] = []
+    gui_thread = QThread.currentThread()
+    t_start = [time.perf_counter()]
+
+    class TracingApp(QApplication):
+        def notify(self, receiver, event):  # noqa: N802 (Qt's name)
+            if QThread.currentThread() is not gui_thread:
+                return super().notify(receiver, event)
+            t0 = time.perf_counter()
+            try:
+                return super().notify(receiver, event)
+            finally:
+                dt = time.perf_counter() - t0
+                if dt * 1e3 > args.trace:
+                    name = receiver.objectName() or type(receiver).__name__
+                    parent = receiver.parent() if hasattr(receiver, "parent") else None
+                    where = f"{type(parent).__name__}/" if parent is not None else ""
+                    slow.append((dt, f"{where}{name} {event.type().name}"))
+                    if dt > 0.05:
+                        print(f"    slow: {dt * 1e3:.0f} ms {where}{name} {event.type().name} at "
+                              f"{t0 - t_start[0]:.2f} s, generating={window.generating}", flush=True)
+
+    app = TracingApp([]) if args.trace else QApplication([])
     store = open_store(tmp / "db.sqlite3")
     store.create_chat("New chat", ChatSettings(target=target, draft=draft, speculation=args.mode,
                                                max_tokens=args.tokens))
@@ -85,6 +113,7 @@ def main() -> int:
             window.new_chat()
         lateness.clear()
         window.composer.setPlainText(args.prompt)
+        t_start[0] = time.perf_counter()
         window.send()
         QTimer.singleShot(100, wait)
         if args.mid_shot and len(runs) == len(plan) - 1:
@@ -113,6 +142,16 @@ def main() -> int:
         rate = statistics.median(r[1] for r in sel)
         print(f"panel {'shown' if shown else 'hidden'} ({args.mode}, {len(sel)} answers): median {rate:.1f} tok/s; "
               f"20 ms timer worst {max(late, default=0) * 1e3:.1f} ms late, p99 {p99 * 1e3:.1f} ms")
+    if args.trace:
+        from collections import Counter
+        worst: dict[str, float] = {}
+        for dt, what in slow:
+            worst[what] = max(worst.get(what, 0.0), dt)
+        counts = Counter(what for _, what in slow)
+        print(f"events handled in over {args.trace:g} ms (count, worst):")
+        for what, n in counts.most_common(25):
+            times = sorted(dt for dt, w in slow if w == what)
+            print(f"  {n:5d}  median {times[len(times) // 2] * 1e3:7.1f} ms  worst {worst[what] * 1e3:7.1f} ms  {what}")
     shown = [r[1] for r in runs if r[0]]
     hidden = [r[1] for r in runs if not r[0]]
     if shown and hidden:

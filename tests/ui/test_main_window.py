@@ -68,6 +68,10 @@ def test_send_streams_an_answer_with_a_footer_and_saves_it(qtbot, env, small):
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[-1].content == answer.content and stored[-1].state == "done"
     assert w.chat_list.item(0).text().startswith("Count from 1 to 10")  # the chat got a title
+    # the telemetry dock is open by default and plotted this answer's rounds
+    assert w.telemetry.isVisible()
+    w.telemetry.repaint_now()
+    assert len(w.telemetry.c_k.yData) == stored[-1].stats.rounds > 0
     close(w)
 
 

@@ -83,3 +83,35 @@ def test_save_png(panel, tmp_path):
     out = tmp_path / "plots.png"
     panel.save_png(str(out))
     assert out.stat().st_size > 1000
+
+
+def test_memory_label_shows_the_estimated_split_of_the_loaded_pair(panel):
+    from specchat.telemetry.samplers import MemoryShare
+
+    panel.set_memory_shares([MemoryShare("target weights", 3 * 1024**3, 0.75),
+                             MemoryShare("KV caches", 1024**3, 0.25)])
+    text = panel.memory_label.text()
+    assert "target weights 3.00 GiB (75%)" in text and "KV caches 1.00 GiB (25%)" in text
+
+
+def test_a_tick_refreshes_one_plot_and_every_plot_in_turn(panel):
+    """The event loop is never held by a paint of all five plots: one per tick, round-robin."""
+    panel.recorder.begin(1, 7, mode="draft")
+    t = 1000.0
+    for ev in answer_events([R(4, 4, 2)] * 6):
+        t += 0.05
+        panel.recorder.feed(1, 7, ev, now=t)
+    panel._frame()
+    assert len(panel.c_speed.yData) == 6 and panel.c_k.yData is None  # only the first plot so far
+    for _ in range(3):
+        panel._frame()
+    assert len(panel.c_k.yData) == 6 and len(panel.c_total.yData) == 6
+
+
+def test_axis_ranges_step_so_ticks_are_not_rebuilt_every_round():
+    from specchat.ui.telemetry_panel import nice_ceiling, stepped_window
+
+    assert [nice_ceiling(v) for v in (0.7, 1.0, 1.2, 23, 95, 101)] == [0.8, 1.0, 1.5, 30, 100, 150]
+    windows = {stepped_window(0, last, 20) for last in range(0, 101)}
+    assert len(windows) <= 8  # 101 rounds, a handful of distinct x ranges (not 101)
+    assert all(lo <= 0 and hi >= 100 for lo, hi in [stepped_window(0, 100, 20)])

@@ -18,7 +18,12 @@ def service(qtbot, smollm, tmp_path):
     svc = GenerationService()
     with qtbot.waitSignal(svc.pairLoaded, timeout=60_000) as loaded:
         svc.load(PairConfig(smollm, smollm, ModelOptions(n_ctx=1024), calibration_cache=tmp_path / "c.json"))
-    assert loaded.args[0].draft == smollm.name
+    info = loaded.args[0]
+    assert info.draft == smollm.name
+    # the fit estimate split for the memory panel: the same file twice, so equal weights
+    shares = {s.label: s for s in info.memory_shares}
+    assert shares["target weights"].bytes == shares["draft weights"].bytes > 0
+    assert shares["KV caches"].bytes > 0 and sum(s.share for s in info.memory_shares) == pytest.approx(1.0)
     yield svc
     svc.shutdown()
 

@@ -103,9 +103,6 @@ class MainWindow(QMainWindow):
         self.recorder = TelemetryRecorder(settings=self.config.controller())
         self.telemetry = TelemetryPanel(self.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
-        # hidden until View -> Telemetry panel: on a 2-core machine a paint of its plots can hold the
-        # event loop for ~100 ms (docs/benchmarks.md); it opens by default once that is cheaper
-        self.telemetry.hide()
         self.store = store
         self.service = service
         self.downloads = downloads or DownloadService(self)
@@ -321,6 +318,7 @@ class MainWindow(QMainWindow):
         # the reference line comes from this pair's answers with speculation off (learned by the
         # recorder); the load-time calibration is a best case (min of a few decodes) and would flatter it
         self.recorder.reset_plain_rate()
+        self.telemetry.set_memory_shares(info.memory_shares)
         self.header.set_reasoning_available(info.supports_reasoning_switch)
         self.pair_status.setText(f"{info.target}" + (f" + {info.draft}" if info.draft else "")
                                  + f" · {info.backend} · ctx {info.n_ctx}")

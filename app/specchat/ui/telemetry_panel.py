@@ -4,12 +4,19 @@ Data arrives at token rate into a :class:`TelemetryRecorder` (fed by the main
 window); this panel paints at frame rate: a timer takes an immutable snapshot
 and calls ``setData`` on curve items made once (pyqtgraph's fast path, with
 clip-to-view and downsampling).  Memory is sampled once a second.
+
+Each tick refreshes one plot (round-robin over those whose data changed), so no
+single tick holds the event loop for long, and the tick rate adapts so that
+painting takes at most ``PAINT_BUDGET`` of the time: on two busy cores a paint
+of all five plots took 50-100 ms, which froze typing and the streaming answer.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -24,17 +31,45 @@ from PySide6.QtWidgets import (
 
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import export_csv, export_json
-from specchat.telemetry.samplers import MemorySampler, default_sampler
+from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
 
-REPAINT_MS = 100  # 10 Hz where painting is cheap (DESIGN: 10 to 30 Hz)
-MAX_REPAINT_MS = 2000
+REPAINT_MS = 20  # one plot per tick: every plot at 10 Hz where painting is cheap (DESIGN: 10 to 30 Hz)
+MAX_REPAINT_MS = 500
 PAINT_BUDGET = 0.03  # painting may take at most this share of the time (it competes with decoding)
 MEMORY_MS = 1000
+NUMBERS_S = 0.25  # the running numbers: 4 updates a second are plenty to read, and each costs a rich-text layout
 GIB = 1024**3
 
 
 def _fmt(v: float | None, spec: str, none: str = "–") -> str:
     return none if v is None else format(v, spec)
+
+
+def _title(*parts: str | tuple[str, str]) -> str:
+    """A plot title whose coloured words are the legend (a LegendItem costs a paint of its own)."""
+    return " ".join(p if isinstance(p, str) else f'<span style="color:{p[1]}">{p[0]}</span>' for p in parts)
+
+
+def nice_ceiling(v: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 x 10^n at or above ``v``: an axis end that moves rarely."""
+    if not math.isfinite(v) or v <= 0:
+        return 1.0
+    e = 10.0 ** math.floor(math.log10(v))
+    return next(m * e for m in (1, 1.5, 2, 3, 4, 5, 6, 8, 10) if v <= m * e * (1 + 1e-9))
+
+
+def stepped_window(first: float, last: float, minimum: float) -> tuple[float, float]:
+    """An x range covering [first, last] whose ends move in coarse steps.
+
+    Axes regenerate their ticks and text whenever their range changes; that was most of
+    the cost of a paint, so a growing series gets a range that changes a few times per
+    answer rather than every round.
+    """
+    span = nice_ceiling(max(last - first, minimum))
+    lo = math.floor(first / (span / 5)) * (span / 5)
+    if lo + span < last:
+        span = nice_ceiling(last - lo)
+    return lo, lo + span
 
 
 class _TimedPlots(pg.GraphicsLayoutWidget):
@@ -59,6 +94,8 @@ class TelemetryPanel(QDockWidget):
         self.sampler = sampler or default_sampler()
         self.paused = False
         self._version = -1
+        self._numbers_at = 0.0
+        self._shares: tuple = ()
         body = QWidget()
         v = QVBoxLayout(body)
         v.setContentsMargins(4, 4, 4, 4)
@@ -75,7 +112,8 @@ class TelemetryPanel(QDockWidget):
         v.addWidget(self.plots, 1)
         self.memory_label = QLabel()
         self.memory_label.setWordWrap(True)
-        self.memory_label.setFixedHeight(3 * self.memory_label.fontMetrics().lineSpacing())
+        self.memory_label.setTextFormat(Qt.TextFormat.RichText)
+        self.memory_label.setFixedHeight(4 * self.memory_label.fontMetrics().lineSpacing())
         v.addWidget(self.memory_label)
         row = QHBoxLayout()
         self.pause_button = QPushButton("Pause")
@@ -101,15 +139,37 @@ class TelemetryPanel(QDockWidget):
     # -- plots, made once ---------------------------------------------------------------
 
     def _plot(self, row: int, title: str, y_label: str) -> pg.PlotItem:
-        p = self.plots.addPlot(row=row, col=0, title=title)
+        p = self.plots.addPlot(row=row, col=0, title=title, size="9pt")
         p.setLabel("left", y_label)
-        p.showGrid(x=True, y=True, alpha=0.2)
+        # a fixed axis width: ticks that grow a digit would otherwise re-lay out and repaint all plots
+        p.getAxis("left").setWidth(52)
+        p.getAxis("left").enableAutoSIPrefix(False)
+        # no grid: the axes draw grid lines as part of their QPicture, and that replay was
+        # 80% of a paint (61 ms vs 14 ms for the five plots, offscreen, idle machine)
+        p.setMenuEnabled(False)  # five context menus cost 80+ ms to polish on first show; PNG has its button
+        # live monitors: the panel sets the ranges (stepped, see stepped_window), no pan or zoom
+        p.setMouseEnabled(x=False, y=False)
+        p.hideButtons()
+        p.disableAutoRange()
         p.setClipToView(True)
         p.setDownsampling(auto=True, mode="peak")
         return p
 
+    def _set_range(self, plot: pg.PlotItem, x: tuple[float, float], y: tuple[float, float]) -> None:
+        """Set a plot's range only when it changed: a new range means new ticks and text."""
+        if self._ranges.get(id(plot)) != (x, y):
+            self._ranges[id(plot)] = (x, y)
+            plot.setRange(xRange=x, yRange=y, padding=0)
+
+    @staticmethod
+    def _rounds_window(snap) -> tuple[float, float]:
+        seq = snap.rounds.seq
+        return stepped_window(float(seq[0]), float(seq[-1]), 20) if len(seq) else (0.0, 20.0)
+
     def _build_plots(self) -> None:
-        self.p_speed = self._plot(0, "Decode speed per round", "tok/s")
+        self._ranges: dict[int, tuple] = {}
+        self.p_speed = self._plot(0, _title("Decode speed:", ("per round", "#9ab"), ("smoothed", "#1565c0"),
+                                                   ("plain", "#c62828")), "tok/s")
         self.c_speed = self.p_speed.plot(pen=pg.mkPen("#9ab", width=1), name="per round")
         self.c_smooth = self.p_speed.plot(pen=pg.mkPen("#1565c0", width=2), name="smoothed")
         self.plain_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#c62828", style=Qt.PenStyle.DashLine),
@@ -117,8 +177,8 @@ class TelemetryPanel(QDockWidget):
         self.plain_line.hide()
         self.p_speed.addItem(self.plain_line)
 
-        self.p_acc = self._plot(1, "Acceptance (rolling window)", "share")
-        self.p_acc.setYRange(0, 1.05)
+        self.p_acc = self._plot(1, _title("Acceptance:", ("token", "#2e7d32"), ("sequence", "#ef6c00"),
+                                                 "(rolling; dotted: fallback)"), "share")
         self.c_tok_acc = self.p_acc.plot(pen=pg.mkPen("#2e7d32", width=2), name="token")
         self.c_seq_acc = self.p_acc.plot(pen=pg.mkPen("#ef6c00", width=2), name="sequence")
         self.tok_rail = pg.InfiniteLine(angle=0, pen=pg.mkPen("#2e7d32", style=Qt.PenStyle.DotLine))
@@ -126,47 +186,87 @@ class TelemetryPanel(QDockWidget):
         self.p_acc.addItem(self.tok_rail)
         self.p_acc.addItem(self.seq_rail)
 
-        self.p_k = self._plot(2, "Draft length K per round (red: fallback; hover for the reason)", "K")
+        self.p_k = self._plot(2, _title("Draft length K;", ("fallback", "#c62828"), "(hover)"), "K")
         self.c_k = self.p_k.plot(pen=pg.mkPen("#6a1b9a", width=1), stepMode=None)
         self.s_fallback = pg.ScatterPlotItem(size=10, brush=pg.mkBrush("#c62828"), hoverable=True,
                                              tip=lambda x, y, data: str(data))
         self.p_k.addItem(self.s_fallback)
 
-        self.p_time = self._plot(3, "Time per round: draft, verify, overhead", "ms")
+        self.p_time = self._plot(3, _title("Time per round:", ("draft", "#8e24aa"), ("+ verify", "#1e88e5"),
+                                                  ("+ overhead", "#757575")), "ms")
         self.c_draft = self.p_time.plot(pen=pg.mkPen("#8e24aa"), fillLevel=0, brush=pg.mkBrush(142, 36, 170, 90))
         self.c_verify = self.p_time.plot(pen=pg.mkPen("#1e88e5"))
         self.c_total = self.p_time.plot(pen=pg.mkPen("#757575"))
 
-        self.p_mem = self._plot(4, "Memory", "GiB")
+        gpu = self.sampler.description != NO_GPU
+        self.p_mem = self._plot(4, _title("Memory:", ("process RSS", "#455a64"), ("VRAM GPU 0", "#d81b60"),
+                                          ("this process", "#f48fb1")) if gpu
+                                else _title("Memory:", ("process RSS", "#455a64"), "(no NVIDIA GPU)"), "GiB")
         self.c_rss = self.p_mem.plot(pen=pg.mkPen("#455a64", width=2), name="process RSS")
         self.c_vram = self.p_mem.plot(pen=pg.mkPen("#d81b60", width=2), name="VRAM used (GPU 0)")
         self.c_pvram = self.p_mem.plot(pen=pg.mkPen("#f48fb1", width=1), name="VRAM, this process")
-        for p in (self.p_acc, self.p_k, self.p_time):
-            p.setXLink(self.p_speed)
+        # the four round plots share one x axis (rounds), drawn once under the lowest of them
+        for p in (self.p_speed, self.p_acc, self.p_k):
+            p.hideAxis("bottom")
+        self.p_time.setLabel("bottom", "round")
+        self.p_mem.setLabel("bottom", "s")
+        for p in (self.p_speed, self.p_acc, self.p_k, self.p_time, self.p_mem):
+            self._set_range(p, (0.0, 20.0), (0.0, 1.0))
+        # not x-linked: a link makes every plot repaint when one's range grows
+        self._groups = [self._paint_speed, self._paint_acceptance, self._paint_k, self._paint_time,
+                        self._paint_memory]
+        self._painted: list[object] = [None] * len(self._groups)  # what each plot last showed
+        self._next = 0
 
     # -- painting --------------------------------------------------------------------------
 
     def _frame(self) -> None:
-        """Timer tick: paint if shown, at a steady rate that keeps painting under PAINT_BUDGET.
+        """Timer tick: refresh the next plot whose data changed, and the numbers.
 
-        On a fast machine that is 10 Hz; where a paint of the five plots takes 30 ms (two
-        software-rendering cores that llama.cpp keeps busy) it is about 1 Hz, because every
-        millisecond the GUI thread paints is a millisecond a decode thread waits.
+        The interval keeps painting under PAINT_BUDGET of the time: every millisecond the
+        GUI thread paints is one a decode thread may wait for a core (or for the GIL).
         """
         if self.paused or not self.isVisible():
             return
         t0 = time.perf_counter()
-        self.repaint_now()
+        snap = self.recorder.snapshot()
+        if snap.version != self._version and t0 - self._numbers_at >= NUMBERS_S:
+            self._version = snap.version
+            self._numbers_at = t0
+            self.numbers.setText(self._numbers_html(snap))
+        n = len(self._groups)
+        for step in range(n):
+            i = (self._next + step) % n
+            key = self._data_key(i, snap)
+            if self._painted[i] != key:
+                self._groups[i](snap)
+                self._painted[i] = key
+                self._next = (i + 1) % n
+                break
         cost = (time.perf_counter() - t0) + self.plots.paint_s
         self._timer.setInterval(int(min(MAX_REPAINT_MS, max(REPAINT_MS, 1e3 * cost / PAINT_BUDGET))))
 
     def repaint_now(self) -> None:
+        """Bring every plot and number up to date at once (resume, tests, Save PNG)."""
         if self.paused:
             return
         snap = self.recorder.snapshot()
-        if snap.version == self._version:
-            return
         self._version = snap.version
+        for i, paint in enumerate(self._groups):
+            paint(snap)
+            self._painted[i] = self._data_key(i, snap)
+        self.numbers.setText(self._numbers_html(snap))
+
+    def _data_key(self, group: int, snap) -> tuple:
+        """What a plot shows, in brief: a memory sample does not repaint the round plots."""
+        if self._groups[group] == self._paint_memory:
+            m = snap.memory
+            return (len(m), float(m.t[-1]) if len(m) else None)
+        r = snap.rounds
+        return (len(r), int(r.seq[-1]) if len(r) else None, snap.plain_rate, len(snap.markers),
+                snap.min_token_acceptance, snap.min_sequence_acceptance)
+
+    def _paint_speed(self, snap) -> None:
         r = snap.rounds
         x = r.seq.astype(float)
         self.c_speed.setData(x, r.tok_s)
@@ -176,25 +276,48 @@ class TelemetryPanel(QDockWidget):
             self.plain_line.show()
         else:
             self.plain_line.hide()
+        top = max(float(np.nanmax(r.tok_s)) if len(r) else 0.0, snap.plain_rate or 0.0)
+        self._set_range(self.p_speed, self._rounds_window(snap), (0.0, nice_ceiling(1.05 * top)))
+
+    def _paint_acceptance(self, snap) -> None:
+        r = snap.rounds
+        x = r.seq.astype(float)
         self.c_tok_acc.setData(x, r.token_acceptance)
         self.c_seq_acc.setData(x, r.sequence_acceptance)
         self.tok_rail.setValue(snap.min_token_acceptance)
         self.seq_rail.setValue(snap.min_sequence_acceptance)
-        self.c_k.setData(x, r.k)
+        self._set_range(self.p_acc, self._rounds_window(snap), (0.0, 1.05))
+
+    def _paint_k(self, snap) -> None:
+        r = snap.rounds
+        self.c_k.setData(r.seq.astype(float), r.k)
         marks = [m for m in snap.markers if not m.permanent]
         self.s_fallback.setData([float(m.seq) for m in marks], [float(m.k) for m in marks],
                                 data=[m.reason for m in marks])
+        top = max(8.0, float(r.k.max()) if len(r) else 0.0)
+        self._set_range(self.p_k, self._rounds_window(snap), (0.0, top + 0.5))
+
+    def _paint_time(self, snap) -> None:
+        r = snap.rounds
+        x = r.seq.astype(float)
         self.c_draft.setData(x, r.draft_s * 1e3)
         self.c_verify.setData(x, (r.draft_s + r.verify_s) * 1e3)
-        self.c_total.setData(x, (r.draft_s + r.verify_s + r.overhead_s) * 1e3)
+        total = (r.draft_s + r.verify_s + r.overhead_s) * 1e3
+        self.c_total.setData(x, total)
+        top = float(np.nanmax(total)) if len(r) else 0.0
+        self._set_range(self.p_time, self._rounds_window(snap), (0.0, nice_ceiling(1.05 * top)))
+
+    def _paint_memory(self, snap) -> None:
         m = snap.memory
         if len(m):
             tm = m.t - m.t[0]
             self.c_rss.setData(tm, m.rss / GIB)
+            top = float(m.rss.max())
             if m.vram_used.shape[1]:
                 self.c_vram.setData(tm, m.vram_used[:, 0] / GIB)
                 self.c_pvram.setData(tm, m.process_vram / GIB)
-        self.numbers.setText(self._numbers_html(snap))
+                top = max(top, float(m.vram_used[:, 0].max()))
+            self._set_range(self.p_mem, stepped_window(0.0, float(tm[-1]), 60), (0.0, nice_ceiling(1.05 * top / GIB)))
 
     def _numbers_html(self, snap) -> str:
         a = snap.answer
@@ -214,7 +337,16 @@ class TelemetryPanel(QDockWidget):
         for g in s.gpus:
             parts.append(f"{g.name}: {g.used / GIB:.1f}/{g.total / GIB:.1f} GiB"
                          + (f" (this process {g.process_used / GIB:.2f})" if g.process_used is not None else ""))
-        self.memory_label.setText(f"{self.sampler.description}: " + " · ".join(parts))
+        text = f"{self.sampler.description}: " + " · ".join(parts)
+        if self._shares:
+            text += "<br>estimate: " + " · ".join(f"{sh.label} {sh.bytes / GIB:.2f} GiB ({sh.share:.0%})"
+                                                  for sh in self._shares)
+        self.memory_label.setText(text)
+
+    def set_memory_shares(self, shares) -> None:
+        """The loaded pair's estimated memory, split into target/draft weights, KV caches, buffers."""
+        self._shares = tuple(shares)
+        self.sample_memory()
 
     # -- buttons ---------------------------------------------------------------------------
 
@@ -222,10 +354,10 @@ class TelemetryPanel(QDockWidget):
         self.paused = on
         self.pause_button.setText("Resume" if on else "Pause")
         if not on:
-            self._version = -1
             self.repaint_now()
 
     def save_png(self, path: str) -> None:
+        self.repaint_now()
         self.plots.grab().save(path)
 
     def _save_png(self) -> None:
