@@ -45,3 +45,27 @@ def test_k_min_above_k_max_is_refused(tmp_path):
     c.set("k_max", 4)
     with pytest.raises(ConfigError, match="k_min/k_max"):
         c.controller()
+
+
+def test_the_documented_example_is_the_schema_and_loads_as_the_defaults(tmp_path):
+    """docs/config.example.toml is generated from the schema: regenerate it when a setting changes."""
+    from pathlib import Path
+
+    from specchat.config import SCHEMA, example_toml
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "config.example.toml"
+    assert doc.read_text(encoding="utf-8") == example_toml() + "\n", \
+        "run: python -m specchat config --example > docs/config.example.toml"
+    loaded = AppConfig(doc)
+    assert loaded.values == {s.key: s.default for s in SCHEMA}
+
+
+def test_model_paths_expand_home_and_resolve_next_to_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / "deploy" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('target = "models/big.gguf"\ndraft = "~/small.gguf"\n')
+    c = AppConfig(path)
+    assert c.model_path("target") == tmp_path / "deploy" / "models" / "big.gguf"
+    assert c.model_path("draft") == tmp_path / "small.gguf"
+    assert AppConfig(tmp_path / "none.toml").model_path("target") is None

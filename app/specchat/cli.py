@@ -10,8 +10,10 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+
+from specchat.config import AppConfig, ConfigError, example_toml
 
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPATIBLE = 3
@@ -35,15 +37,24 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, draft: bool = True) -> None:
-    p.add_argument("--target", required=True, type=Path, help="target GGUF file")
+def _add_model_args(p: argparse.ArgumentParser, config: AppConfig, *, draft: bool = True) -> None:
+    """Model and decoding flags; their defaults come from the config file (``--config FILE``)."""
+    target = config.model_path("target")
+    p.add_argument("--target", required=target is None, default=target, type=Path,
+                   help="target GGUF file" + (f" (default from the config: {target})" if target else ""))
     if draft:
-        p.add_argument("--draft", type=Path, help="draft GGUF file (same tokenizer as the target)")
-    p.add_argument("--ctx", type=_positive_int, default=4096, help="context size in tokens (default 4096)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 all, 0 none)")
-    p.add_argument("--draft-gpu-layers", type=int, default=None, help="draft layers on the GPU (default: as target)")
-    p.add_argument("--k-max", type=_positive_int, default=8, help="longest draft (default 8)")
+        d = config.model_path("draft")
+        p.add_argument("--draft", type=Path, default=d,
+                       help="draft GGUF file (same tokenizer as the target)" + (f"; default {d}" if d else ""))
+    p.add_argument("--ctx", type=_positive_int, default=config["n_ctx"],
+                   help=f"context size in tokens (default {config['n_ctx']})")
+    p.add_argument("--threads", type=int, default=config["threads"], help="CPU threads (0: physical cores)")
+    p.add_argument("--gpu-layers", type=int, default=config["gpu_layers"],
+                   help=f"target layers on the GPU (-1 all, 0 none; default {config['gpu_layers']})")
+    p.add_argument("--draft-gpu-layers", type=int, default=config["draft_gpu_layers"],
+                   help=f"draft layers on the GPU (default {config['draft_gpu_layers']})")
+    p.add_argument("--k-max", type=_positive_int, default=config["k_max"],
+                   help=f"longest draft (default {config['k_max']})")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -52,16 +63,19 @@ def _add_model_args(p: argparse.ArgumentParser, *, draft: bool = True) -> None:
     p.add_argument("--seed", type=int, default=0xC0FFEE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     from specchat import __version__
+
+    config = config or AppConfig.defaults()
 
     parser = _Parser(prog="specchat", description="Local GGUF chat with visible speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     chat = sub.add_parser("chat", help="stream one answer in the terminal")
-    _add_model_args(chat)
-    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default="auto")
+    _add_model_args(chat, config)
+    mode = {"off": "baseline"}.get(str(config["default_mode"]), str(config["default_mode"]))
+    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default=mode)
     chat.add_argument("--system", default=None, help="system prompt")
     chat.add_argument("--max-tokens", type=_positive_int, default=512)
     chat.add_argument("--reasoning", choices=["on", "off"], default=None,
@@ -70,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("prompt", help="the user message")
 
     bench = sub.add_parser("bench", help="plain vs speculative decoding speed, same run")
-    _add_model_args(bench)
+    _add_model_args(bench, config)
     bench.add_argument("--modes", default="baseline,draft,lookup,auto",
                        help="comma-separated modes (default: baseline,draft,lookup,auto)")
     bench.add_argument("--suite", default="builtin", help="'builtin' or a JSONL file of {id, task, messages}")
@@ -101,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--ctx", type=_positive_int, default=4096)
     fit.add_argument("--no-flash-attn", action="store_true", help="estimate without flash attention")
     fit.add_argument("--json", action="store_true")
+    cfg = sub.add_parser("config", help="show the settings in force and where they come from")
+    cfg.add_argument("--example", action="store_true", help="print every setting with its default, as TOML")
     add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
     add.add_argument("id")
     add.add_argument("--target", required=True, help="owner/repo/file.gguf")
@@ -115,17 +131,18 @@ def _pair_config(args: argparse.Namespace):
 
     from specchat.engine.pair import PairConfig
     from specchat.engine.runtime import ModelOptions
-    from specchat.engine.settings import ControllerSettings
-
     for path in (args.target, getattr(args, "draft", None)):
         if path is not None and not path.is_file():
             raise CliError(f"{path}: no such file")
+    config: AppConfig = getattr(args, "config", None) or AppConfig.defaults()
+    c = config.controller()  # thresholds, K bounds, p_min from the config; --k-max wins
+    controller = replace(c, k_max=args.k_max, k_min=min(c.k_min, args.k_max))
     topts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
     dl = args.draft_gpu_layers if args.draft_gpu_layers is not None else args.gpu_layers
     dopts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=dl, n_threads=args.threads)
     return PairConfig(
         target=args.target, draft=getattr(args, "draft", None), target_options=topts, draft_options=dopts,
-        controller=ControllerSettings(k_max=args.k_max),
+        controller=controller,
         calibration_cache=Path(user_cache_dir("specchat")) / "calibration.json",
     )
 
@@ -267,9 +284,28 @@ def cmd_models(args: argparse.Namespace) -> int:
     return run_models(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.example:
+        print(example_toml())
+        return 0
+    config: AppConfig = args.config
+    where = str(config.path) + ("" if config.path.exists() else " (not there: all defaults)")
+    print(f"# settings in force, from {where}")
+    for key, value in config.values.items():
+        print(f"{key} = {json.dumps(value)}")
+    return 0
+
+
+def main(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            config = AppConfig(config_path, must_exist=config_path is not None)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+        args = build_parser(config).parse_args(argv)
+        args.config = config
+        if args.command == "config":
+            return cmd_config(args)
         if args.command == "chat":
             return cmd_chat(args)
         if args.command == "bench":

@@ -8,6 +8,7 @@ refused with one line that names the key.  Qt-free.
 from __future__ import annotations
 
 import os
+import textwrap
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,20 +56,31 @@ class Setting:
 
 _C = ControllerSettings()
 SCHEMA: tuple[Setting, ...] = (
+    Setting("target", "Default target model (GGUF file)", "",
+            help="the large model that verifies; used by new chats when none exists yet, and by "
+                 "'specchat chat' / 'bench' when --target is not given"),
+    Setting("draft", "Default draft model (GGUF file)", "",
+            help="the small model that proposes tokens (same tokenizer as the target); empty: none"),
     Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once"),
-    Setting("gpu_layers", "GPU layers, target (-1 = all)", -1, -1, 999),
-    Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999),
-    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256),
+    Setting("gpu_layers", "GPU layers, target (-1 = all)", -1, -1, 999,
+            help="layers of the target offloaded to the GPU; 0 runs it on the CPU"),
+    Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
+            help="layers of the draft offloaded to the GPU"),
+    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding"),
     Setting("default_mode", "Default speculation for new chats", "auto",
-            choices=("auto", "draft", "lookup", "off")),
-    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32),
-    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32),
-    Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0),
-    Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0),
+            choices=("auto", "draft", "lookup", "off"),
+            help="auto: speculate only where it pays; draft: always the draft model; "
+                 "lookup: n-grams from the prompt; off: plain decoding"),
+    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
+    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
+    Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
+            help="the draft stops proposing when its own top token is less likely than this"),
+    Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0,
+            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while"),
     Setting("min_sequence_acceptance", "Fall back below sequence acceptance", _C.min_sequence_acceptance,
-            0.0, 1.0),
+            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while"),
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
-            0.0, 1.0),
+            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
     Setting("theme", "Theme", "light", choices=("light", "dark")),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
@@ -80,14 +92,46 @@ def default_config_path() -> Path:
     return Path(user_config_dir("specchat")) / "config.toml"
 
 
-class AppConfig:
-    """The settings in force: defaults, overridden by the file's values."""
+def example_toml() -> str:
+    """Every setting with its default and help, as a commented TOML file (docs/config.example.toml)."""
+    lines = ["# SpecChat settings: config.toml in the platformdirs config dir",
+             "# (Linux ~/.config/specchat, macOS ~/Library/Application Support/specchat,",
+             "# Windows %LOCALAPPDATA%\\specchat), or any file given with 'specchat --config FILE'.",
+             "# Every key is optional; the values below are the defaults.", ""]
+    for s in SCHEMA:
+        lines += textwrap.wrap(f"{s.label}" + (f": {s.help}" if s.help else ""), 98,
+                               initial_indent="# ", subsequent_indent="#   ")
+        if s.choices:
+            lines.append(f"# one of: {', '.join(s.choices)}")
+        elif s.lo is not None:
+            lines.append(f"# from {s.lo:g} to {s.hi:g}")
+        lines.append(f"{s.key} = {_toml_value(s.default)}")
+        lines.append("")
+    return "\n".join(lines)
 
-    def __init__(self, path: Path | None = None) -> None:
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+class AppConfig:
+    """The settings in force: defaults, overridden by the file's values.
+
+    ``path`` None: the default file, which need not exist.  A ``path`` given explicitly
+    (``specchat --config FILE``) must exist: a typo should not silently give defaults.
+    """
+
+    def __init__(self, path: Path | None = None, *, must_exist: bool = False) -> None:
         self.path = path or default_config_path()
         self.values: dict[str, object] = {s.key: s.default for s in SCHEMA}
         if self.path.exists():
             self.values.update(self._read(self.path))
+        elif must_exist:
+            raise ConfigError(f"{self.path}: no such config file")
 
     @staticmethod
     def _read(path: Path) -> dict[str, object]:
@@ -104,6 +148,14 @@ class AppConfig:
             out[key] = BY_KEY[key].check(value)
         return out
 
+    @classmethod
+    def defaults(cls) -> AppConfig:
+        """The built-in defaults, whatever the user's file says (tests, parsers without a config)."""
+        c = cls.__new__(cls)
+        c.path = default_config_path()
+        c.values = {s.key: s.default for s in SCHEMA}
+        return c
+
     def __getitem__(self, key: str) -> object:
         return self.values[key]
 
@@ -116,13 +168,19 @@ class AppConfig:
             v = self.values[s.key]
             if v == s.default:
                 continue
-            text = ("true" if v else "false") if isinstance(v, bool) else (
-                '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' if isinstance(v, str) else repr(v))
-            lines.append(f"{s.key} = {text}")
+            lines.append(f"{s.key} = {_toml_value(v)}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
+
+    def model_path(self, key: str) -> Path | None:
+        """``target`` or ``draft`` as a path (``~`` expanded, relative to the config file), None if unset."""
+        text = str(self[key]).strip()
+        if not text:
+            return None
+        p = Path(text).expanduser()
+        return p if p.is_absolute() else (self.path.parent / p).resolve()
 
     def controller(self) -> ControllerSettings:
         c = ControllerSettings(

@@ -106,3 +106,33 @@ def test_bench_rejects_a_bad_suite(tmp_path, smollm):
     suite = tmp_path / "bad.jsonl"
     suite.write_text("{not json}\n")
     assert_one_line_error(specchat("bench", "--target", smollm, "--modes", "baseline", "--suite", suite), 2, "bad.jsonl:1")
+
+
+def test_config_file_supplies_the_pair_and_the_draft_length(smollm, tmp_path):
+    """A deployment's config.toml: target, draft, mode and K bounds without a single flag."""
+    cfg = tmp_path / "deploy.toml"
+    cfg.write_text(f'target = "{smollm}"\ndraft = "{smollm}"\ndefault_mode = "draft"\nk_min = 1\nk_max = 2\n'
+                   "n_ctx = 1024\n")
+    proc = specchat("--config", cfg, "chat", "--max-tokens", "24", "Count from 1 to 5.")
+    assert proc.returncode == 0, proc.stderr
+    stats = proc.stdout.strip().splitlines()[-1]
+    assert "draft accepted" in stats  # the config's draft model, in the config's mode
+    k = float(stats.split("mean K ")[1].split()[0].rstrip(","))
+    assert 0 < k <= 2  # the config's k_max
+    shown = specchat("--config", cfg, "config")
+    assert 'k_max = 2' in shown.stdout and str(cfg) in shown.stdout
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("k_max = 'lots'", "k_max: must be a whole number"),
+    ("min_token_acceptance = 2", "min_token_acceptance: must be between 0 and 1"),
+    ("draft_length = 4", "unknown key 'draft_length'"),
+])
+def test_a_bad_config_value_is_one_line_naming_the_key(tmp_path, text, needle):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text + "\n")
+    assert_one_line_error(specchat("--config", cfg, "chat", "hi"), 2, needle)
+
+
+def test_a_missing_config_file_is_refused_not_ignored(tmp_path):
+    assert_one_line_error(specchat("--config", tmp_path / "typo.toml", "config"), 2, "no such config file")

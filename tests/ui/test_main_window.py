@@ -229,3 +229,13 @@ def test_closing_the_window_while_generating_keeps_the_partial_answer(qtbot, env
     last = store.messages(store.list_chats()[0].id)[-1]
     assert last.state == "stopped" and last.content.startswith(shown[:20]) and len(last.content) >= len(shown)
     store.close()
+
+
+def test_first_chat_takes_the_pair_from_the_config_file(qtbot, env, smollm):
+    env["config"].write_text(f'target = "{smollm}"\ndraft = "{smollm}"\ndefault_mode = "lookup"\n')
+    w = make_window(qtbot, env)  # an empty database: the window makes the first chat
+    s = w.settings()
+    assert s.target == smollm and s.draft == smollm and s.speculation == "lookup"
+    wait_loaded(qtbot, w)
+    assert w.pair_info.target == smollm.name
+    close(w)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
-def run_app(argv: list[str] | None = None) -> int:
+def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from specchat.config import AppConfig, ConfigError
@@ -16,7 +17,7 @@ def run_app(argv: list[str] | None = None) -> int:
     from .theme import apply_theme
 
     try:
-        config = AppConfig()
+        config = AppConfig(config_path, must_exist=config_path is not None)
     except ConfigError as exc:
         print(f"specchat: {exc}", file=sys.stderr)
         return 2

@@ -232,8 +232,10 @@ class MainWindow(QMainWindow):
 
     def new_chat(self) -> None:
         last = self.store.list_chats()
-        # a new chat starts from the latest chat's pair and settings, with the default speculation mode
-        base = last[0].settings if last else ChatSettings()
+        # a new chat starts from the latest chat's pair and settings, with the default speculation mode;
+        # the very first one from the config's target and draft (a deployment's config.toml)
+        base = last[0].settings if last else ChatSettings(target=self.config.model_path("target"),
+                                                           draft=self.config.model_path("draft"))
         chat = self.store.create_chat("New chat", replace(base, speculation=str(self.config["default_mode"])))
         self.open_chat(chat.id)
         self.refresh_chats()

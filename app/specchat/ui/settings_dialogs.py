@@ -36,6 +36,9 @@ class SettingsDialog(QDialog):
                 w = QComboBox()
                 w.addItems(s.choices)
                 w.setCurrentText(str(value))
+            elif isinstance(s.default, str):
+                w = QLineEdit(str(value))
+                w.setPlaceholderText("not set")
             elif isinstance(s.default, int):
                 w = QSpinBox()
                 w.setRange(int(s.lo), int(s.hi))
@@ -57,7 +60,12 @@ class SettingsDialog(QDialog):
         form.addRow(buttons)
 
     def values(self) -> dict[str, object]:
-        return {key: w.currentText() if isinstance(w, QComboBox) else w.value() for key, w in self.fields.items()}
+        def value(w):
+            if isinstance(w, QComboBox):
+                return w.currentText()
+            return w.text().strip() if isinstance(w, QLineEdit) else w.value()
+
+        return {key: value(w) for key, w in self.fields.items()}
 
     def save(self) -> None:
         try:
