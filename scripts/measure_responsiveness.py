@@ -35,6 +35,8 @@ def main() -> int:
                     help="telemetry panel during the answers (alternate: hidden, shown, shown, hidden, ...)")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
+    ap.add_argument("--plain-first", action="store_true",
+                    help="answer once with speculation off first (not counted), so the panel knows the plain rate")
     ap.add_argument("--trace", type=float, default=0.0, metavar="MS",
                     help="print every event the GUI thread took longer than MS to handle (receiver, event type)")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
@@ -47,6 +49,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     import test_models
+    from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.store import ChatSettings, open_store
     from specchat.ui.main_window import MainWindow
@@ -78,14 +81,19 @@ def main() -> int:
 
     app = TracingApp([]) if args.trace else QApplication([])
     store = open_store(tmp / "db.sqlite3")
-    store.create_chat("New chat", ChatSettings(target=target, draft=draft, speculation=args.mode,
+    store.create_chat("New chat", ChatSettings(target=target, draft=draft,
+                                               speculation="off" if args.plain_first else args.mode,
                                                max_tokens=args.tokens))
     service = GenerationService()
-    window = MainWindow(store, service, registry=Registry(tmp / "registry.json"))
+    config = AppConfig.defaults()
+    config.set("default_mode", args.mode)  # every new chat (answer) in the mode asked for
+    window = MainWindow(store, service, registry=Registry(tmp / "registry.json"), config=config)
     window.resize(1200, 800)
     window.show()
     runs: list[tuple[bool, float, list[float]]] = []  # (panel shown, decode tok/s, timer lateness)
     plan = [(i % 4) in (1, 2) if args.panel == "alternate" else args.panel == "shown" for i in range(args.answers)]
+    if args.plain_first:
+        plan.insert(0, True)
     lateness: list[float] = []
     last = [time.perf_counter()]
 
@@ -104,6 +112,8 @@ def main() -> int:
             QTimer.singleShot(100, start)
             return
         if len(runs) == len(plan):
+            if args.plain_first:
+                runs.pop(0)
             if args.shot:
                 window.grab().save(str(args.shot))
             app.quit()

@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"specchat: {exc}", file=sys.stderr)
         return 2
+    if argv[:1] == ["--self-test"]:
+        from specchat.ui.self_test import run_self_test
+
+        return run_self_test(argv[1:])
     if not argv or argv[0] not in COMMANDS:
         from specchat.ui.app import run_app
 

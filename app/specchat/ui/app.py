@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
+    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
     from specchat.config import AppConfig, ConfigError
@@ -24,6 +25,8 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("SpecChat")
     app.setOrganizationName("SpecChat")
+    app.setDesktopFileName("specchat")  # matches packaging/specchat.desktop (Wayland, task bars)
+    app.setWindowIcon(QIcon(str(Path(__file__).with_name("specchat.svg"))))
     apply_theme(str(config["theme"]))
     store = open_store()
     service = GenerationService()
