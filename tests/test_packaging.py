@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "packaging"))
 
-import build  # noqa: E402  (packaging/build.py)
+import build_app  # noqa: E402  (packaging/build_app.py)
 import install_desktop  # noqa: E402  (packaging/install_desktop.py)
 import render_icons  # noqa: E402  (packaging/render_icons.py)
 
@@ -20,15 +21,15 @@ import render_icons  # noqa: E402  (packaging/render_icons.py)
 @pytest.mark.slow
 @pytest.mark.real_models
 def test_the_built_app_starts_headless_streams_an_answer_and_exits_cleanly(tmp_path, smollm):
-    exe = build.build(tmp_path / "dist", tmp_path / "work")
-    proc = build.self_test(exe, smollm)
+    exe = build_app.build(tmp_path / "dist", tmp_path / "work")
+    proc = build_app.self_test(exe, smollm)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     out = proc.stdout
     assert "ok   llama.cpp loaded" in out and "ok   window and telemetry panel shown" in out
     assert "ok   streamed an answer" in out and "self-test passed" in out
     assert "Traceback" not in proc.stderr
     # the same binary runs the commands, from the bundle's own libraries
-    version = build.subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("specchat ")
 
 
@@ -76,7 +77,7 @@ def test_desktop_install_refuses_a_missing_program(tmp_path, monkeypatch, capsys
 
 def test_self_test_in_this_environment_passes():
     """The check the build runs, here: window, panel and llama.cpp load (no model)."""
-    proc = build.subprocess.run([sys.executable, "-m", "specchat", "--self-test"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "specchat", "--self-test"], capture_output=True, text=True,
                                 timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert proc.returncode == 0, proc.stderr
     assert "ok   window and telemetry panel shown" in proc.stdout

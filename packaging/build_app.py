@@ -1,7 +1,7 @@
 """Build the one-folder desktop app with PyInstaller, then start it headless to prove it runs.
 
     pip install -e ".[package]"
-    python packaging/build.py [--dist dist] [--skip-check]
+    python packaging/build_app.py [--dist dist] [--skip-check]
 
 Result: dist/specchat/specchat (run it, or put it in the desktop menu with
 python packaging/install_desktop.py dist/specchat/specchat).  The check runs
