@@ -31,7 +31,7 @@ def build(dist: Path, work: Path) -> Path:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     exe = dist / "specchat" / ("specchat.exe" if os.name == "nt" else "specchat")
-    size = sum(f.stat().st_size for f in (dist / "specchat").rglob("*") if f.is_file())
+    size = sum(f.stat().st_size for f in (dist / "specchat").rglob("*") if f.is_file() and not f.is_symlink())
     print(f"build: {exe} in {time.perf_counter() - t0:.0f} s, {size / 2**20:.0f} MiB in the folder")
     return exe
 

@@ -35,6 +35,7 @@ def main() -> int:
                     help="telemetry panel during the answers (alternate: hidden, shown, shown, hidden, ...)")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
+    ap.add_argument("--nice", type=int, default=5, help="the decode_nice setting (default 5, the app's default)")
     ap.add_argument("--plain-first", action="store_true",
                     help="answer once with speculation off first (not counted), so the panel knows the plain rate")
     ap.add_argument("--trace", type=float, default=0.0, metavar="MS",
@@ -84,7 +85,7 @@ def main() -> int:
     store.create_chat("New chat", ChatSettings(target=target, draft=draft,
                                                speculation="off" if args.plain_first else args.mode,
                                                max_tokens=args.tokens))
-    service = GenerationService()
+    service = GenerationService(nice=args.nice)
     config = AppConfig.defaults()
     config.set("default_mode", args.mode)  # every new chat (answer) in the mode asked for
     window = MainWindow(store, service, registry=Registry(tmp / "registry.json"), config=config)

@@ -55,6 +55,7 @@ class Setting:
 
 
 _C = ControllerSettings()
+DECODE_NICE = 5  # docs/benchmarks.md: with 0 the window stalled 80-140 ms at times on two busy cores
 SCHEMA: tuple[Setting, ...] = (
     Setting("target", "Default target model (GGUF file)", "",
             help="the large model that verifies; used by new chats when none exists yet, and by "
@@ -67,6 +68,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
             help="layers of the draft offloaded to the GPU"),
     Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding"),
+    Setting("decode_nice", "Decoding yields the CPU to the window by (nice)", DECODE_NICE, 0, 19,
+            help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
+                 "while llama.cpp keeps every core busy; 0: an equal share"),
     Setting("default_mode", "Default speculation for new chats", "auto",
             choices=("auto", "draft", "lookup", "off"),
             help="auto: speculate only where it pays; draft: always the draft model; "

@@ -239,3 +239,35 @@ def test_first_chat_takes_the_pair_from_the_config_file(qtbot, env, smollm):
     wait_loaded(qtbot, w)
     assert w.pair_info.target == smollm.name
     close(w)
+
+
+def test_a_hidden_telemetry_panel_stays_hidden_after_a_restart(qtbot, env, small, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    state = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
+    store = open_store(env["db"])
+    store.create_chat("New chat", small)
+    store.close()
+
+    def window():
+        store = open_store(env["db"])
+        service = GenerationService()
+        w = MainWindow(store, service, DownloadService(), Registry(env["registry"]), AppConfig(env["config"]),
+                       window_state=state)
+        qtbot.addWidget(w)
+        w.show()
+        w._teardown = (service, store)
+        return w
+
+    w = window()
+    assert w.telemetry.isVisible()  # the default
+    w.telemetry.toggleViewAction().trigger()
+    assert not w.telemetry.isVisible()
+    close(w)
+    again = window()
+    assert not again.telemetry.isVisible()
+    again.telemetry.toggleViewAction().trigger()
+    close(again)
+    third = window()
+    assert third.telemetry.isVisible()
+    close(third)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from specchat.engine import Done, Mode, StopReason, TokensEmitted
@@ -90,3 +92,31 @@ def test_started_says_whether_the_template_opened_a_think_block(qtbot, service):
     _, events = collect(qtbot, service, messages=MSGS, max_tokens=2)
     started = events[0][1]
     assert isinstance(started, Started) and started.prompt_tokens > 5 and started.starts_in_reasoning is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_decoding_thread_yields_to_the_window_and_its_workers_inherit_it():
+    """llama.cpp's OpenMP workers start from the generation thread: they must inherit its lower priority."""
+    import os
+    import threading
+
+    from specchat.workers.generation import lower_this_threads_priority
+
+    seen = {}
+
+    def nice_here() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def generation_thread():
+        seen["before"] = nice_here()
+        seen["lowered"] = lower_this_threads_priority(3)
+        seen["after"] = nice_here()
+        child = threading.Thread(target=lambda: seen.__setitem__("child", nice_here()))
+        child.start()
+        child.join()
+
+    t = threading.Thread(target=generation_thread)
+    t.start()
+    t.join()
+    assert seen["lowered"] and seen["after"] == seen["before"] + 3 == seen["child"]
+    assert nice_here() == seen["before"]  # the calling (GUI) thread keeps its priority

@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
+    from PySide6.QtCore import QSettings
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
@@ -29,8 +30,8 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -
     app.setWindowIcon(QIcon(str(Path(__file__).with_name("specchat.svg"))))
     apply_theme(str(config["theme"]))
     store = open_store()
-    service = GenerationService()
-    window = MainWindow(store, service, config=config)
+    service = GenerationService(nice=int(config["decode_nice"]))
+    window = MainWindow(store, service, config=config, window_state=QSettings())
     window.show()
     try:
         return app.exec()

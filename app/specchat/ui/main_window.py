@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -97,8 +97,10 @@ class _Answer:
 class MainWindow(QMainWindow):
     def __init__(self, store: Store, service: GenerationService, downloads: DownloadService | None = None,
                  registry: Registry | None = None, config: AppConfig | None = None,
-                 sampler: MemorySampler | None = None, parent=None) -> None:
+                 sampler: MemorySampler | None = None, window_state: QSettings | None = None,
+                 parent=None) -> None:
         super().__init__(parent)
+        self._window_state = window_state  # where size, splitters and docks are kept (None: not kept)
         self.config = config or AppConfig()
         self.recorder = TelemetryRecorder(settings=self.config.controller())
         self.telemetry = TelemetryPanel(self.recorder, sampler, self)
@@ -125,6 +127,7 @@ class MainWindow(QMainWindow):
         self._status_timer.start()
         self._open_newest()
         self._first_run_hint()
+        self._restore_window_state()
 
     # -- layout -------------------------------------------------------------------
 
@@ -553,7 +556,25 @@ class MainWindow(QMainWindow):
             a.writer.finish("stopped", None)
         self.downloads.shutdown()
         self.telemetry.sampler.close()
+        if self._window_state is not None:
+            self._window_state.setValue("window/geometry", self.saveGeometry())
+            self._window_state.setValue("window/state", self.saveState(WINDOW_STATE_VERSION))
+            self._window_state.sync()
         super().closeEvent(event)
+
+    def _restore_window_state(self) -> None:
+        """Size, position and the telemetry dock (shown, hidden, where) as the user left them."""
+        if self._window_state is None:
+            return
+        geometry = self._window_state.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = self._window_state.value("window/state")
+        if state is not None:
+            self.restoreState(state, WINDOW_STATE_VERSION)
+
+
+WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 
 
 def _calibration_cache() -> Path:

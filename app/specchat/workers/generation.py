@@ -65,10 +65,7 @@ class PairInfo:
     memory_shares: tuple[MemoryShare, ...] = ()
 
 
-BACKGROUND_NICE = 5  # decoding yields the cores to the GUI thread when it has work (Linux per-thread nice)
-
-
-def lower_this_threads_priority(nice: int = BACKGROUND_NICE) -> bool:
+def lower_this_threads_priority(nice: int) -> bool:
     """Give the calling thread, and the threads it starts, a lower CPU priority.
 
     On two busy cores llama.cpp's compute threads (OpenMP, started from this thread, so
@@ -94,14 +91,17 @@ class GenerationWorker(QObject):
     pairFailed = Signal(str)
     event = Signal(int, object)  # request id, engine event or Started
 
-    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair) -> None:
+    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair,
+                 nice: int = 0) -> None:
         super().__init__()
         self._factory = pair_factory
         self._pair: SpeculativePair | None = None
+        self._nice = nice
 
     @Slot()
     def lower_priority(self) -> None:
-        lower_this_threads_priority()
+        if self._nice:
+            lower_this_threads_priority(self._nice)
 
     @Slot(object)
     def load(self, config: PairConfig) -> None:
@@ -177,14 +177,15 @@ class GenerationService(QObject):
     _unload = Signal()
 
     def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, *, nice: int = 0) -> None:
+        """``nice``: how far decoding yields the CPU to the window (the ``decode_nice`` setting)."""
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._cancel: CancelToken | None = None
         self.current_request = 0
         self._thread = QThread()
         self._thread.setObjectName("specchat-generation")
-        self._worker = GenerationWorker(pair_factory)
+        self._worker = GenerationWorker(pair_factory, nice)
         self._worker.moveToThread(self._thread)
         self._thread.finished.connect(self._worker.deleteLater)  # deleted in its own thread
         self._load.connect(self._worker.load)
