@@ -35,7 +35,7 @@ def main() -> int:
                     help="telemetry panel during the answers (alternate: hidden, shown, shown, hidden, ...)")
     ap.add_argument("--shot", type=Path, default=None, help="save a screenshot of the window at the end")
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
-    ap.add_argument("--nice", type=int, default=5, help="the decode_nice setting (default 5, the app's default)")
+    ap.add_argument("--nice", type=int, default=2, help="the decode_nice setting (default 2, the app default)")
     ap.add_argument("--plain-first", action="store_true",
                     help="answer once with speculation off first (not counted), so the panel knows the plain rate")
     ap.add_argument("--trace", type=float, default=0.0, metavar="MS",

@@ -55,7 +55,7 @@ class Setting:
 
 
 _C = ControllerSettings()
-DECODE_NICE = 5  # docs/benchmarks.md: with 0 the window stalled 80-140 ms at times on two busy cores
+DECODE_NICE = 2  # docs/benchmarks.md: window lateness p99 13.6 ms at 0, 11.4 ms at 2, 8.3 ms at 5 (two busy cores)
 SCHEMA: tuple[Setting, ...] = (
     Setting("target", "Default target model (GGUF file)", "",
             help="the large model that verifies; used by new chats when none exists yet, and by "
