@@ -68,9 +68,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
             help="layers of the draft offloaded to the GPU"),
     Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding"),
-    Setting("decode_nice", "Decoding yields the CPU to the window by (nice)", DECODE_NICE, 0, 19,
+    Setting("decode_nice", "Decoding priority below the window (nice)", DECODE_NICE, 0, 19,
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
-                 "while llama.cpp keeps every core busy; 0: an equal share"),
+                 "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
             choices=("auto", "draft", "lookup", "off"),
             help="auto: speculate only where it pays; draft: always the draft model; "

@@ -39,6 +39,7 @@ class SettingsDialog(QDialog):
             elif isinstance(s.default, str):
                 w = QLineEdit(str(value))
                 w.setPlaceholderText("not set")
+                w.setMinimumWidth(360)  # a model path
             elif isinstance(s.default, int):
                 w = QSpinBox()
                 w.setRange(int(s.lo), int(s.hi))

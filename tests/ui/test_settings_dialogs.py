@@ -1,0 +1,32 @@
+"""The settings dialog, built from the schema: what it saves, and a bad combination refused in one line."""
+
+from __future__ import annotations
+
+from specchat.config import SCHEMA, AppConfig
+from specchat.ui.settings_dialogs import SettingsDialog
+
+
+def test_every_setting_has_a_field_and_saved_values_come_back(qtbot, tmp_path):
+    path = tmp_path / "config.toml"
+    dialog = SettingsDialog(AppConfig(path))
+    qtbot.addWidget(dialog)
+    assert set(dialog.fields) == {s.key for s in SCHEMA}
+    dialog.fields["target"].setText("  ~/models/big.gguf ")
+    dialog.fields["k_max"].setValue(5)
+    dialog.fields["default_mode"].setCurrentText("lookup")
+    dialog.save()
+    assert dialog.result() == SettingsDialog.DialogCode.Accepted
+    again = AppConfig(path)
+    assert again["target"] == "~/models/big.gguf" and again["k_max"] == 5 and again["default_mode"] == "lookup"
+
+
+def test_k_min_above_k_max_stays_open_with_the_reason(qtbot, tmp_path):
+    path = tmp_path / "config.toml"
+    dialog = SettingsDialog(AppConfig(path))
+    qtbot.addWidget(dialog)
+    dialog.fields["k_min"].setValue(6)
+    dialog.fields["k_max"].setValue(3)
+    dialog.save()
+    assert dialog.result() != SettingsDialog.DialogCode.Accepted
+    assert "k_min/k_max" in dialog.error.text() and "\n" not in dialog.error.text()
+    assert not path.exists()  # nothing half-saved
