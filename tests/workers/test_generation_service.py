@@ -120,3 +120,31 @@ def test_decoding_thread_yields_to_the_window_and_its_workers_inherit_it():
     t.join()
     assert seen["lowered"] and seen["after"] == seen["before"] + 3 == seen["child"]
     assert nice_here() == seen["before"]  # the calling (GUI) thread keeps its priority
+
+
+def test_a_newer_load_supersedes_one_still_running(qtbot, qwen_target, qwen_draft, smollm, tmp_path):
+    """Picking another pair while a big one loads: only the newest pair ever reports."""
+    svc = GenerationService()
+    loaded = []
+    svc.pairLoaded.connect(loaded.append)
+    try:
+        svc.load(PairConfig(qwen_target, qwen_draft, ModelOptions(n_ctx=1024), calibration_cache=tmp_path / "c.json"))
+        svc.load(PairConfig(smollm, None, ModelOptions(n_ctx=256), calibration_cache=tmp_path / "c.json"))
+        qtbot.waitUntil(lambda: bool(loaded), timeout=60_000)
+        qtbot.wait(300)
+        assert [info.target for info in loaded] == [smollm.name]
+    finally:
+        svc.shutdown()
+
+
+def test_closing_while_a_pair_loads_ends_the_thread(qtbot, qwen_target, qwen_draft, tmp_path):
+    """The app closing mid-load must not leave a running thread behind (Qt aborts on that)."""
+    svc = GenerationService()
+    loaded = []
+    svc.pairLoaded.connect(loaded.append)
+    svc.load(PairConfig(qwen_target, qwen_draft, ModelOptions(n_ctx=1024), calibration_cache=tmp_path / "c.json"))
+    qtbot.wait(500)  # the load is under way
+    svc.shutdown()
+    assert svc._thread.isFinished()
+    qtbot.wait(100)
+    assert loaded == []  # the given-up load never reports

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .controller import CostModel
-from .runtime import LoadedModel
+from .runtime import LoadCancelled, LoadedModel
 
 CALIBRATION_VERSION = 3
 PREFIX_TOKENS = 32  # decode at a realistic position, not at an empty cache
@@ -41,22 +42,30 @@ def _time_decode(model: LoadedModel, n: int, filler: int, logits: str) -> float:
     return dt
 
 
-def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int) -> CostModel:
+def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
+            cancelled: Callable[[], bool] | None = None) -> CostModel:
+    """``cancelled`` is checked between decodes (a 30B target takes seconds to calibrate)."""
     filler = 198  # any ordinary token id works; the cost does not depend on it
     costs = CostModel()
+
+    def timed(model: LoadedModel, n: int, logits: str) -> float:
+        if cancelled is not None and cancelled():
+            raise LoadCancelled("calibration was cancelled")
+        return _time_decode(model, n, filler, logits)
+
     for m in (target, draft):
         if m is not None:
             m.clear()
             m.decode([filler] * PREFIX_TOKENS, logits="none")
-    _time_decode(target, 1, filler, "all")  # warm-up: first decode allocates buffers
+    timed(target, 1, "all")  # warm-up: first decode allocates buffers
     # the minimum of a few repeats: a shared machine only ever adds time; one token is the
     # reference every decision compares against, so it gets the most repeats
     for n in _sizes(k_max):
         reps = 4 if n == 1 else 2 if n <= 3 else 1
-        costs.verify_s[n] = min(_time_decode(target, n, filler, "all") for _ in range(reps))
+        costs.verify_s[n] = min(timed(target, n, "all") for _ in range(reps))
     if draft is not None:
-        _time_decode(draft, 1, filler, "last")
-        costs.draft_s["model"] = min(_time_decode(draft, 1, filler, "last") for _ in range(3))
+        timed(draft, 1, "last")
+        costs.draft_s["model"] = min(timed(draft, 1, "last") for _ in range(3))
     costs.draft_s["lookup"] = 0.0
     for m in (target, draft):
         if m is not None:
@@ -64,7 +73,8 @@ def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int) -> CostM
     return costs
 
 
-def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None) -> CostModel:
+def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None,
+              cancelled: Callable[[], bool] | None = None) -> CostModel:
     """Costs from the cache when this exact setup was measured before, else measured now."""
     key = _key(target, "target") + (_key(draft, "draft") if draft is not None else "")
     cache: dict = {}
@@ -76,7 +86,7 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_
     hit = cache.get(key)
     if hit and all(str(n) in hit["verify_s"] for n in _sizes(k_max)):
         return CostModel({int(n): v for n, v in hit["verify_s"].items()}, hit["draft_s"])
-    costs = measure(target, draft, k_max)
+    costs = measure(target, draft, k_max, cancelled)
     if cache_file is not None:
         cache[key] = {"verify_s": costs.verify_s, "draft_s": costs.draft_s, "measured": time.time()}
         try:

@@ -55,8 +55,10 @@ class PairConfig:
 
 
 class SpeculativePair:
-    def __init__(self, config: PairConfig) -> None:
+    def __init__(self, config: PairConfig, cancel: CancelToken | None = None) -> None:
+        """``cancel`` gives up the load (weights or calibration) with ``runtime.LoadCancelled``."""
         config.controller.validate()
+        cancelled = (lambda: cancel.cancelled) if cancel is not None else None
         self.config = config
         if config.draft is not None:
             try:
@@ -68,20 +70,21 @@ class SpeculativePair:
                     f"{Path(config.draft).name} cannot draft for {Path(config.target).name}: {verdict.reason}"
                 )
         k_max = config.controller.k_max
-        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16))
+        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16),
+                                  cancelled=cancelled)
         self.draft: LoadedModel | None = None
         try:
             if config.draft is not None:
                 dopts = config.draft_options or config.target_options
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
-                self.draft = LoadedModel(config.draft, dopts, n_outputs=1)
+                self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled)
             self.speculation_blocked = ""
             if not self.target.can_trim:
                 self.speculation_blocked = (
                     "the target's memory (recurrent/hybrid model) cannot roll back rejected tokens"
                 )
-            self.costs = calibrate(self.target, self.draft, k_max, config.calibration_cache)
+            self.costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled)
         except BaseException:
             self.close()
             raise

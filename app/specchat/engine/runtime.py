@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from specchat.models.gguf_header import GGUFError, validate_file
 
 class LlamaError(RuntimeError):
     """llama.cpp refused or failed; the message is one line for the user."""
+
+
+class LoadCancelled(LlamaError):
+    """Loading was given up because the caller asked (a newer load, or the app closing)."""
 
 
 _log_lock = threading.Lock()
@@ -101,7 +106,10 @@ class ModelOptions:
 class LoadedModel:
     """A model with one context (sequence 0) and a reusable batch."""
 
-    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, n_outputs: int = 0) -> None:
+    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, n_outputs: int = 0,
+                 cancelled: Callable[[], bool] | None = None) -> None:
+        """``cancelled``: polled while the weights load; when it turns true the load stops
+        within one tensor and :class:`LoadCancelled` is raised."""
         init_backend()
         self.path = Path(path)
         self.options = options
@@ -111,7 +119,14 @@ class LoadedModel:
             raise LlamaError(str(exc)) from None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers if options.n_gpu_layers >= 0 else 999
+        if cancelled is not None:
+            # llama.cpp aborts the load when the progress callback returns false; the ctypes
+            # callback object must outlive the call
+            progress = llama_cpp.llama_progress_callback(lambda _p, _u: not cancelled())
+            mparams.progress_callback = progress
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model and cancelled is not None and cancelled():
+            raise LoadCancelled(f"{self.path.name}: loading was cancelled")
         if not self._model:
             why = last_log_error()
             raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))

@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from specchat.engine import Done, Error, Mode, SamplingSettings, StopReason
 from specchat.engine.events import GenerationStats
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
-from specchat.engine.runtime import LlamaError, backend_info
+from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.telemetry.samplers import MemoryShare, estimated_shares
@@ -92,7 +92,7 @@ class GenerationWorker(QObject):
     pairFailed = Signal(str)
     event = Signal(int, object)  # request id, engine event or Started
 
-    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair,
+    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = SpeculativePair,
                  nice: int = 0) -> None:
         super().__init__()
         self._factory = pair_factory
@@ -104,11 +104,15 @@ class GenerationWorker(QObject):
         if self._nice:
             lower_this_threads_priority(self._nice)
 
-    @Slot(object)
-    def load(self, config: PairConfig) -> None:
+    @Slot(object, object)
+    def load(self, config: PairConfig, cancel: CancelToken) -> None:
         self.unload()
+        if cancel.cancelled:  # a newer load is queued behind this one, or the app is closing
+            return
         try:
-            pair = self._factory(config)
+            pair = self._factory(config, cancel)
+        except LoadCancelled:
+            return
         except LlamaError as exc:
             self.pairFailed.emit(str(exc))
             return
@@ -173,16 +177,17 @@ class GenerationService(QObject):
     pairFailed = Signal(str)
     event = Signal(int, object)
     # private: requests into the worker thread
-    _load = Signal(object)
+    _load = Signal(object, object)
     _generate = Signal(object, object)
     _unload = Signal()
 
-    def __init__(self, pair_factory: Callable[[PairConfig], SpeculativePair] = SpeculativePair,
+    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = SpeculativePair,
                  parent: QObject | None = None, *, nice: int = 0) -> None:
         """``nice``: how far decoding yields the CPU to the window (the ``decode_nice`` setting)."""
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._cancel: CancelToken | None = None
+        self._load_cancel = CancelToken()
         self.current_request = 0
         self._thread = QThread()
         self._thread.setObjectName("specchat-generation")
@@ -199,8 +204,11 @@ class GenerationService(QObject):
         self._thread.start(QThread.Priority.LowPriority)
 
     def load(self, config: PairConfig) -> None:
+        """Load a pair, giving up any load still running: only the newest one reports."""
         self.cancel()
-        self._load.emit(config)
+        self._load_cancel.cancel()
+        self._load_cancel = CancelToken()
+        self._load.emit(config, self._load_cancel)
 
     def submit(self, **request) -> int:
         """Start a generation (cancelling any running one); returns its request id."""
@@ -219,10 +227,18 @@ class GenerationService(QObject):
         if rid == self.current_request:  # results of an abandoned request never reach the screen
             self.event.emit(rid, ev)
 
-    def shutdown(self, timeout_ms: int = 10_000) -> None:
-        """Stop the running answer, free the models in their thread, and end the thread."""
+    def shutdown(self, patience_ms: int = 10_000) -> None:
+        """Stop the running answer or load, free the models in their thread, and end the thread.
+
+        Returns once the thread has ended: a QThread destroyed while running aborts the
+        process.  Cancelling makes that quick (one round, one tensor or one calibration
+        decode); ``patience_ms`` only decides when to tell the terminal why we wait.
+        """
         self.cancel()
+        self._load_cancel.cancel()
         self.current_request = 0
         self._unload.emit()
         self._thread.quit()
-        self._thread.wait(timeout_ms)
+        if not self._thread.wait(patience_ms):
+            print("specchat: waiting for the generation thread to finish its current step", file=sys.stderr)
+            self._thread.wait()
