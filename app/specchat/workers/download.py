@@ -10,6 +10,8 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specchat.models.hub import DownloadCancelled, DownloadError, DownloadProgress, HubFile, download_files
 
+from .threads import end_thread
+
 
 class _DownloadWorker(QObject):
     progress = Signal(int, object)  # job id, DownloadProgress
@@ -77,10 +79,9 @@ class DownloadService(QObject):
         self.active = None
         self.failed.emit(job, message, cancelled)
 
-    def shutdown(self, timeout_ms: int = 10_000) -> None:
+    def shutdown(self, patience_ms: int = 10_000) -> None:
         self.cancel()
-        self._thread.quit()
-        self._thread.wait(timeout_ms)
+        end_thread(self._thread, patience_ms)
 
 
 __all__ = ["DownloadProgress", "DownloadService"]

@@ -29,6 +29,8 @@ from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.telemetry.samplers import MemoryShare, estimated_shares
 
+from .threads import end_thread
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
@@ -228,17 +230,9 @@ class GenerationService(QObject):
             self.event.emit(rid, ev)
 
     def shutdown(self, patience_ms: int = 10_000) -> None:
-        """Stop the running answer or load, free the models in their thread, and end the thread.
-
-        Returns once the thread has ended: a QThread destroyed while running aborts the
-        process.  Cancelling makes that quick (one round, one tensor or one calibration
-        decode); ``patience_ms`` only decides when to tell the terminal why we wait.
-        """
+        """Stop the running answer or load, free the models in their thread, and end the thread."""
         self.cancel()
         self._load_cancel.cancel()
         self.current_request = 0
         self._unload.emit()
-        self._thread.quit()
-        if not self._thread.wait(patience_ms):
-            print("specchat: waiting for the generation thread to finish its current step", file=sys.stderr)
-            self._thread.wait()
+        end_thread(self._thread, patience_ms)
