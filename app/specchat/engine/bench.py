@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from specchat import metrics
+
 from .events import Done, Error, Fallback, TokensEmitted
 from .pair import SpeculativePair
 from .settings import Mode, SamplingSettings
@@ -42,6 +44,10 @@ class BenchRun:
     mean_k: float
     stop_reason: str
     fallbacks: list[str]
+    # raw counts, so totals over runs are pooled (specchat.metrics), not averages of ratios
+    rounds_with_draft: int = 0
+    rounds_fully_accepted: int = 0
+    k_sum: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -89,6 +95,7 @@ def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int,
         accepted=s.accepted, token_acceptance=s.token_acceptance, sequence_acceptance=s.sequence_acceptance,
         rounds=s.rounds, decode_s=s.decode_s, draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s,
         mean_k=s.mean_k, stop_reason=done.stop_reason.value, fallbacks=fallbacks,
+        rounds_with_draft=s.rounds_with_draft, rounds_fully_accepted=s.rounds_fully_accepted, k_sum=s.k_sum,
     )
 
 
@@ -140,9 +147,8 @@ def median_runs(runs: Sequence[BenchRun]) -> list[BenchRun]:
 
 
 def _rate(runs: Sequence[BenchRun]) -> float:
-    tokens = sum(max(r.tokens - 1, 0) for r in runs)
-    seconds = sum(r.decode_s for r in runs)
-    return tokens / seconds if seconds > 0 else 0.0
+    return metrics.decode_tok_s(sum(metrics.decoded_tokens(r.tokens) for r in runs),
+                                sum(r.decode_s for r in runs)) or 0.0
 
 
 def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode]) -> list[BenchRow]:
@@ -157,20 +163,16 @@ def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode]) -> list[BenchRow]
             if not sel:
                 continue
             rate = _rate(sel)
-            drafted = sum(r.drafted for r in sel)
-            with_draft = sum(r.rounds for r in sel if r.drafted)
-            full = [r.sequence_acceptance for r in sel if r.sequence_acceptance is not None]
-            decode_s = sum(r.decode_s for r in sel)
+            with_draft = sum(r.rounds_with_draft for r in sel)
             prefill = [r.prefill_tok_s for r in sel if r.prefill_tok_s > 0]
-            ks = [r.mean_k for r in sel if r.drafted]
             rows.append(BenchRow(
                 task=task, mode=mode.value, decode_tok_s=rate,
-                multiplier=rate / base if base else None,
-                token_acceptance=sum(r.accepted for r in sel) / drafted if drafted else None,
-                sequence_acceptance=statistics.fmean(full) if full and with_draft else None,
+                multiplier=metrics.multiplier(rate, base),
+                token_acceptance=metrics.token_acceptance(sum(r.accepted for r in sel), sum(r.drafted for r in sel)),
+                sequence_acceptance=metrics.sequence_acceptance(sum(r.rounds_fully_accepted for r in sel), with_draft),
                 prefill_tok_s=statistics.median(prefill) if prefill else 0.0,
-                mean_k=statistics.fmean(ks) if ks else 0.0,
-                overhead_share=sum(r.overhead_s for r in sel) / decode_s if decode_s else 0.0,
+                mean_k=metrics.mean_k(sum(r.k_sum for r in sel), with_draft) or 0.0,
+                overhead_share=metrics.ratio(sum(r.overhead_s for r in sel), sum(r.decode_s for r in sel)) or 0.0,
                 tokens=sum(r.tokens for r in sel),
             ))
     return rows

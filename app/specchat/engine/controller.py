@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from specchat import metrics
+
 from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Mode
 
@@ -101,13 +103,10 @@ class AcceptanceWindow:
         self.rounds.append((drafted, accepted))
 
     def token_acceptance(self) -> float | None:
-        drafted = sum(d for d, _ in self.rounds)
-        return sum(a for _, a in self.rounds) / drafted if drafted else None
+        return metrics.token_acceptance(sum(a for _, a in self.rounds), sum(d for d, _ in self.rounds))
 
     def sequence_acceptance(self) -> float | None:
-        if not self.rounds:
-            return None
-        return sum(1 for d, a in self.rounds if a == d) / len(self.rounds)
+        return metrics.sequence_acceptance(sum(a == d for d, a in self.rounds), len(self.rounds))
 
     def per_token_rate(self, prior: float = 0.5, weight: float = 2.0) -> float:
         """Estimate of the chance that the next drafted token is accepted.
@@ -249,15 +248,12 @@ class DraftController:
                             f"plain decoding for {s.cooldown_tokens} tokens"
                         )
                     )
-        if (
-            not self._warned
-            and self.rounds >= 2 * s.window_rounds
-            and self.fallback_rounds / self.rounds > s.fallback_warning_share
-        ):
+        share = metrics.fallback_share(self.fallback_rounds, self.rounds) or 0.0
+        if not self._warned and self.rounds >= 2 * s.window_rounds and share > s.fallback_warning_share:
             self._warned = True
             events.append(
                 Fallback(
-                    f"fell back to plain decoding on {self.fallback_rounds / self.rounds:.0%} of rounds "
+                    f"fell back to plain decoding on {share:.0%} of rounds "
                     f"(> {s.fallback_warning_share:.0%}): try a shorter draft, another draft model, "
                     "or turn speculation off for this chat",
                     warning=True,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from specchat import metrics
+
 
 class TokenOrigin(StrEnum):
     """Where an emitted token came from."""
@@ -115,34 +117,34 @@ class GenerationStats:
     fallback_rounds: int = 0
     fallbacks: tuple[str, ...] = field(default_factory=tuple)
 
+    # the definitions live in specchat.metrics; these are one answer's figures
     @property
     def decode_tok_s(self) -> float:
-        # tokens emitted after the first / decode wall time
-        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
+        return metrics.decode_tok_s(metrics.decoded_tokens(self.tokens), self.decode_s) or 0.0
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+        return metrics.prefill_tok_s(self.prompt_tokens, self.prefill_s) or 0.0
 
     @property
     def token_acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return metrics.token_acceptance(self.accepted, self.drafted)
 
     @property
     def sequence_acceptance(self) -> float | None:
-        return self.rounds_fully_accepted / self.rounds_with_draft if self.rounds_with_draft else None
+        return metrics.sequence_acceptance(self.rounds_fully_accepted, self.rounds_with_draft)
 
     @property
     def mean_k(self) -> float:
-        return self.k_sum / self.rounds_with_draft if self.rounds_with_draft else 0.0
+        return metrics.mean_k(self.k_sum, self.rounds_with_draft) or 0.0
 
     @property
     def mean_accepted(self) -> float:
-        return self.accepted / self.rounds_with_draft if self.rounds_with_draft else 0.0
+        return metrics.mean_accepted(self.accepted, self.rounds_with_draft) or 0.0
 
     @property
     def fallback_share(self) -> float:
-        return self.fallback_rounds / self.rounds if self.rounds else 0.0
+        return metrics.fallback_share(self.fallback_rounds, self.rounds) or 0.0
 
     def summary(self) -> str:
         """The one-line footer: '41.0 tok/s · 212 tokens · 78% draft accepted · mean K 3.1'."""

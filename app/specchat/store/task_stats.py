@@ -3,11 +3,9 @@
 Whether drafting pays depends on the kind of text: code and JSON repeat themselves and
 are easy to guess, creative writing is not.  Each finished answer ("done" or "stopped")
 leaves one row in ``task_runs`` with raw counts, never ratios, so that totals are exact:
-
-- token acceptance    = sum(accepted) / sum(drafted)
-- sequence acceptance = sum(rounds_fully_accepted) / sum(rounds_with_draft)
-- decode tok/s        = sum(tokens - 1) / sum(decode_s)   (the first token is prefill's)
-- multiplier          = speculative decode tok/s / plain decode tok/s, for the same tag
+the counts of a tag are summed, then :mod:`specchat.metrics` turns the sums into token
+and sequence acceptance, decode tok/s and the multiplier (speculative vs plain decode
+tok/s of the same tag), exactly as it does for one answer.
 
 Plain means mode "off" (the chat setting) or "baseline" (the engine's name for it); every
 other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats: they
@@ -20,6 +18,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from specchat import metrics
 
 from .db import transaction
 
@@ -127,11 +127,11 @@ def task_table(store: Store, *, target: Path | str | None = None) -> list[TaskRo
                 tokens=(plain["tokens"] if plain else 0) + (spec["tokens"] if spec else 0),
                 drafted=drafted,
                 accepted=accepted,
-                token_acceptance=accepted / drafted if drafted else None,
-                sequence_acceptance=spec["rfa"] / rwd if rwd else None,
+                token_acceptance=metrics.token_acceptance(accepted, drafted),
+                sequence_acceptance=metrics.sequence_acceptance(spec["rfa"] if spec else 0, rwd),
                 plain_tok_s=plain_tok_s,
                 speculative_tok_s=spec_tok_s,
-                multiplier=spec_tok_s / plain_tok_s if spec_tok_s and plain_tok_s else None,
+                multiplier=metrics.multiplier(spec_tok_s, plain_tok_s),
             )
         )
     return table
@@ -148,6 +148,4 @@ def reset_task_stats(store: Store, tag: str | None = None) -> int:
 
 
 def _tok_s(row: sqlite3.Row | None) -> float | None:
-    if row is None or not row["decode_s"]:
-        return None
-    return row["decoded"] / row["decode_s"]
+    return metrics.decode_tok_s(row["decoded"], row["decode_s"]) if row is not None else None

@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specchat import metrics
 from specchat.engine.events import (
     Done,
     Error,
@@ -106,7 +107,7 @@ class _Answer:
             t.answers, t.tokens = 1, self.tokens
             decode_s = self.rounds.draft_s + self.rounds.verify_s + self.rounds.overhead_s
         if t.tokens > 1 and decode_s > 0:  # an answer without a decode phase has no decode speed
-            t.decoded, t.decode_s = t.tokens - 1, decode_s
+            t.decoded, t.decode_s = metrics.decoded_tokens(t.tokens), decode_s
             if self.speculative():
                 t.spec_decoded, t.spec_decode_s = t.decoded, t.decode_s
         return t
@@ -183,7 +184,7 @@ class TelemetryRecorder:
     def plain_rate(self) -> float | None:
         if self._plain_set is not None:
             return self._plain_set
-        return self._plain_decoded / self._plain_decode_s if self._plain_decode_s > 0 else None
+        return metrics.decode_tok_s(self._plain_decoded, self._plain_decode_s)
 
     @property
     def plain_rate_source(self) -> str | None:
@@ -287,9 +288,9 @@ class TelemetryRecorder:
                 answer.ema_tokens += s * (r.emitted - answer.ema_tokens)
                 answer.ema_wall += s * (wall - answer.ema_wall)
         smooth = answer.ema_tokens / answer.ema_wall if answer.ema_wall > 0 else None
-        drafted = sum(d for d, _ in self._window)
-        token_acc = sum(acc for _, acc in self._window) / drafted if drafted else None
-        seq_acc = sum(1 for d, acc in self._window if acc == d) / len(self._window) if self._window else None
+        # the window holds the last rounds that had a draft
+        token_acc = metrics.token_acceptance(sum(acc for _, acc in self._window), sum(d for d, _ in self._window))
+        seq_acc = metrics.sequence_acceptance(sum(acc == d for d, acc in self._window), len(self._window))
 
         notes = answer.pending
         answer.pending = []
@@ -335,7 +336,7 @@ class TelemetryRecorder:
         self._close(answer, t, done.stop_reason.value, done.stats)
         s = done.stats
         if answer.mode in PLAIN_MODES and s.tokens > 1 and s.decode_s > 0:
-            self._plain_decoded += s.tokens - 1
+            self._plain_decoded += metrics.decoded_tokens(s.tokens)
             self._plain_decode_s += s.decode_s
 
     def _close(self, answer: _Answer, t: float, stop_reason: str, stats: GenerationStats | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from specchat import metrics
 from specchat.engine.events import GenerationStats
 
 from .samplers import MemorySample
@@ -130,33 +131,34 @@ class RunningNumbers:
     current_k: int | None  # K of the newest round
     multiplier: float | None  # speculative tok/s / plain tok/s; None while either is unknown
 
+    # the definitions live in specchat.metrics: pooled counts in, figures out
     @property
     def tok_s(self) -> float | None:
-        return self.decoded_tokens / self.decode_s if self.decode_s > 0 and self.decoded_tokens > 0 else None
+        return metrics.decode_tok_s(self.decoded_tokens, self.decode_s)
 
     @property
     def prefill_tok_s(self) -> float | None:
-        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 and self.prefill_tokens else None
+        return metrics.prefill_tok_s(self.prefill_tokens, self.prefill_s)
 
     @property
     def token_acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return metrics.token_acceptance(self.accepted, self.drafted)
 
     @property
     def sequence_acceptance(self) -> float | None:
-        return self.rounds_fully_accepted / self.rounds_with_draft if self.rounds_with_draft else None
+        return metrics.sequence_acceptance(self.rounds_fully_accepted, self.rounds_with_draft)
 
     @property
     def mean_k(self) -> float | None:
-        return self.k_sum / self.rounds_with_draft if self.rounds_with_draft else None
+        return metrics.mean_k(self.k_sum, self.rounds_with_draft)
 
     @property
     def mean_accepted(self) -> float | None:
-        return self.accepted / self.rounds_with_draft if self.rounds_with_draft else None
+        return metrics.mean_accepted(self.accepted, self.rounds_with_draft)
 
     @property
     def fallback_share(self) -> float | None:
-        return self.fallback_rounds / self.rounds if self.rounds else None
+        return metrics.fallback_share(self.fallback_rounds, self.rounds)
 
     def as_dict(self) -> dict[str, Any]:
         """Counts and derived metrics, for export."""
@@ -192,8 +194,7 @@ class Tally:
         whatever its mode: a plain answer then shows about 1x)."""
         decoded, decode_s = ((self.spec_decoded, self.spec_decode_s) if speculative_only
                              else (self.decoded, self.decode_s))
-        rate = decoded / decode_s if decode_s > 0 and decoded else None
-        multiplier = rate / plain_rate if rate is not None and plain_rate else None
+        multiplier = metrics.multiplier(metrics.decode_tok_s(decoded, decode_s), plain_rate)
         return RunningNumbers(
             answers=self.answers, tokens=self.tokens, decoded_tokens=self.decoded,
             decode_s=float(self.decode_s),
