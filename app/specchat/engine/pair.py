@@ -22,7 +22,7 @@ from .chat import ChatFormat, ChatPrompt
 from .controller import DraftController
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .events import Event
-from .runtime import LlamaError, LoadedModel, ModelOptions
+from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
 from .settings import ControllerSettings, Mode, SamplingSettings
 
 
@@ -69,6 +69,8 @@ class SpeculativePair:
                 raise IncompatiblePair(
                     f"{Path(config.draft).name} cannot draft for {Path(config.target).name}: {verdict.reason}"
                 )
+        if cancel is not None and cancel.cancelled:
+            raise LoadCancelled("loading was cancelled")
         k_max = config.controller.k_max
         self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16),
                                   cancelled=cancelled)

@@ -117,6 +117,8 @@ class LoadedModel:
             self.header = validate_file(self.path)
         except GGUFError as exc:
             raise LlamaError(str(exc)) from None
+        if cancelled is not None and cancelled():
+            raise LoadCancelled(f"{self.path.name}: loading was cancelled")
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers if options.n_gpu_layers >= 0 else 999
         if cancelled is not None:
@@ -125,7 +127,9 @@ class LoadedModel:
             progress = llama_cpp.llama_progress_callback(lambda _p, _u: not cancelled())
             mparams.progress_callback = progress
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model and cancelled is not None and cancelled():
+        if cancelled is not None and cancelled():  # aborted by the callback, or cancelled just after
+            if self._model:
+                llama_cpp.llama_model_free(self._model)
             raise LoadCancelled(f"{self.path.name}: loading was cancelled")
         if not self._model:
             why = last_log_error()

@@ -122,6 +122,9 @@ class GenerationWorker(QObject):
             self.pairFailed.emit(f"could not load the models: {exc}")
             return
         self._pair = pair
+        if cancel.cancelled:  # given up while the last step ran: never report a superseded pair
+            self.unload()
+            return
         info = backend_info()
         paths = [config.target] + ([config.draft] if config.draft else [])
         try:
@@ -129,6 +132,9 @@ class GenerationWorker(QObject):
             shares = estimated_shares(estimate_files(paths, n_ctx=pair.target.n_ctx), on_gpu=on_gpu)
         except (GGUFError, OSError):
             shares = ()
+        if cancel.cancelled:
+            self.unload()
+            return
         self.pairLoaded.emit(PairInfo(
             target=pair.target.path.name, draft=pair.draft.path.name if pair.draft else None,
             backend=info["backend"], n_ctx=pair.target.n_ctx,
