@@ -25,6 +25,54 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ[var] = str(home / var.lower())
 
 
+MODEL_FIXTURES = frozenset({"qwen_target", "qwen_draft", "gemma", "smollm"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses a real model file, directly or through another fixture, is ``real_models``:
+    the fast tier (``-m "not real_models"``) can never start a 1 GB download by accident."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_models)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_windows_or_threads(request: pytest.FixtureRequest):
+    """Fail a test that leaves a top-level window or dialog behind, or a worker thread running.
+
+    Autouse, so it is set up before the test's own fixtures and checks after all of them
+    (pytest-qt's widget closing included) have been torn down.
+    """
+    def windows() -> dict[int, object]:
+        if "PySide6.QtWidgets" not in sys.modules:
+            return {}
+        from PySide6.QtWidgets import QApplication, QDialog, QMainWindow
+        from shiboken6 import Shiboken
+
+        app = QApplication.instance()
+        out = {}
+        for w in app.topLevelWidgets() if app is not None else ():
+            if isinstance(w, QMainWindow | QDialog) or w.isVisible():
+                out[Shiboken.getCppPointer(w)[0]] = w
+        return out
+
+    before = set(windows())
+    yield
+    if "PySide6.QtWidgets" not in sys.modules:
+        return
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QCoreApplication.processEvents()
+    leaked = [type(w).__name__ + (f" {w.windowTitle()!r}" if w.windowTitle() else "")
+              for p, w in windows().items() if p not in before]
+    from specchat.workers.threads import running_threads
+
+    running = running_threads()
+    if leaked or running:
+        pytest.fail(f"leaked top-level widgets: {leaked}; worker threads still running: {running}")
+
+
 def _model(name: str) -> Path:
     return test_models.ensure(name, quiet=True)
 

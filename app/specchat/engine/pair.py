@@ -19,7 +19,7 @@ from specchat.models.gguf_header import GGUFError
 
 from .calibration import calibrate
 from .chat import ChatFormat, ChatPrompt
-from .controller import DraftController
+from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .events import Event
 from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
@@ -81,20 +81,37 @@ class SpeculativePair:
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
                 self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled)
-            self.speculation_blocked = ""
-            if not self.target.can_trim:
-                self.speculation_blocked = (
-                    "the target's memory (recurrent/hybrid model) cannot roll back rejected tokens"
-                )
-            self.costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled)
+            costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled)
+            self._assemble(costs)
         except BaseException:
             self.close()
             raise
-        self.controller = DraftController(config.controller, self.costs)
+
+    @classmethod
+    def from_models(cls, config: PairConfig, target: LoadedModel, draft: LoadedModel | None,
+                    costs: CostModel) -> SpeculativePair:
+        """A pair over models that are already loaded, with known costs.
+
+        The seam for models that are not llama.cpp files (the tests' table-driven fake
+        model, which implements :class:`LoadedModel`'s interface); no check, no calibration.
+        """
+        config.controller.validate()
+        pair = cls.__new__(cls)
+        pair.config, pair.target, pair.draft = config, target, draft
+        pair._assemble(costs)
+        return pair
+
+    def _assemble(self, costs: CostModel) -> None:
+        config = self.config
+        self.speculation_blocked = ""
+        if not self.target.can_trim:
+            self.speculation_blocked = "the target's memory (recurrent/hybrid model) cannot roll back rejected tokens"
+        self.costs = costs
+        self.controller = DraftController(config.controller, costs)
         self.model_drafter = (
             ModelDrafter(self.draft, self.target.n_vocab, config.controller.p_min) if self.draft else None
         )
-        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, k_max)
+        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, config.controller.k_max)
         self.chat_format = ChatFormat.for_model(self.target)
 
     def close(self) -> None:

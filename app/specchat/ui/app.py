@@ -1,40 +1,140 @@
-"""Start the desktop app: one store, one generation thread, one window."""
+"""Start the desktop app in an order that cannot abort.
+
+1. The instance lock: one app per profile (a second one says so and touches nothing).
+2. The config, the chat database and the model registry are opened and checked.  A
+   problem is one dialog (and one stderr line) that names the file and what to do; the
+   file is never overwritten; exit 2.  A damaged database can be moved aside (renamed
+   with a timestamp) to start fresh.
+3. Only then the worker threads start (an :class:`AppSession`), and the window shows.
+
+Nothing before step 3 starts a thread, so no error path can end in Qt's
+"QThread: Destroyed while thread is still running" abort.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+from specchat.profile import Profile
 
-def run_app(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
-    from PySide6.QtCore import QSettings
+EXIT_BAD_INPUT = 2
+EXIT_ALREADY_RUNNING = 1
+QUIT = "Quit"
+MOVE_ASIDE = "Move it aside and start fresh"
+
+# shows a message with buttons and returns the button chosen (None: closed)
+Prompt = Callable[[str, tuple[str, ...]], str | None]
+
+
+def dialog_prompt(text: str, buttons: tuple[str, ...]) -> str | None:
+    """A modal message box; without a screen (offscreen) nobody can answer, so it answers Quit."""
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    app = QApplication.instance()
+    if app is None or app.platformName() in ("offscreen", "minimal"):
+        return QUIT if QUIT in buttons else None
+    box = QMessageBox(QMessageBox.Icon.Critical, "SpecChat", text)
+    made = {box.addButton(b, QMessageBox.ButtonRole.AcceptRole if b != QUIT else QMessageBox.ButtonRole.RejectRole): b
+            for b in buttons}
+    box.exec()
+    return made.get(box.clickedButton())
+
+
+def move_aside(path: Path, now: float | None = None) -> Path:
+    """Rename a damaged file (and SQLite's -wal/-shm beside it) to ``NAME.damaged-YYYYmmdd-HHMMSS``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    path.rename(target)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.rename(target.with_name(target.name + suffix))
+    return target
+
+
+def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str | None:
+    print(f"specchat: {text}", file=sys.stderr)
+    return prompt(text, buttons)
+
+
+def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, profile: Profile | None = None,
+            prompt: Prompt = dialog_prompt) -> int:
+    from PySide6.QtCore import QLockFile, QSettings
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
     from specchat.config import AppConfig, ConfigError
-    from specchat.store import open_store
-    from specchat.workers.generation import GenerationService
+    from specchat.models.registry import Registry, RegistryError
+    from specchat.store import StoreError, open_store
 
-    from .main_window import MainWindow
+    from .session import AppSession
     from .theme import apply_theme
 
-    try:
-        config = AppConfig(config_path, must_exist=config_path is not None)
-    except ConfigError as exc:
-        print(f"specchat: {exc}", file=sys.stderr)
-        return 2
+    profile = (profile or Profile.default()).with_config_file(config_path)
     app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("SpecChat")
     app.setOrganizationName("SpecChat")
     app.setDesktopFileName("specchat")  # matches packaging/specchat.desktop (Wayland, task bars)
     app.setWindowIcon(QIcon(str(Path(__file__).with_name("specchat.svg"))))
-    apply_theme(str(config["theme"]))
-    store = open_store()
-    service = GenerationService(nice=int(config["decode_nice"]))
-    window = MainWindow(store, service, config=config, window_state=QSettings())
-    window.show()
+
+    # 1. one instance per profile; QLockFile removes a lock whose process is gone (a crash, kill -9)
     try:
-        return app.exec()
+        profile.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _say(prompt, f"cannot create the data folder {profile.data_dir}: {exc.strerror}")
+        return EXIT_BAD_INPUT
+    lock = QLockFile(str(profile.instance_lock))
+    lock.setStaleLockTime(0)  # stale only when its process is gone, however old
+    if not lock.tryLock(500):
+        _ok, pid, _host, _app = lock.getLockInfo()
+        _say(prompt, f"SpecChat is already running on this profile (process {pid}, {profile.data_dir}): "
+                     "switch to its window, or start another profile with --profile DIR")
+        return EXIT_ALREADY_RUNNING
+    try:
+        # 2. everything that can be wrong with the files, before any thread starts
+        try:
+            config = AppConfig(profile.config_file, must_exist=config_path is not None)
+            config.controller()
+        except ConfigError as exc:
+            _say(prompt, f"{exc}. Fix the file or move it aside (SpecChat never overwrites it).")
+            return EXIT_BAD_INPUT
+        try:
+            store = open_store(profile.database)
+        except StoreError as exc:
+            choice = _say(prompt, f"{exc}. SpecChat can move the file aside (renamed, nothing deleted) and "
+                                  "start with no chats, or quit.", (MOVE_ASIDE, QUIT))
+            if choice != MOVE_ASIDE:
+                return EXIT_BAD_INPUT
+            moved = move_aside(profile.database)
+            print(f"specchat: moved the damaged database to {moved}", file=sys.stderr)
+            try:
+                store = open_store(profile.database)
+            except StoreError as again:
+                _say(prompt, str(again))
+                return EXIT_BAD_INPUT
+        try:
+            registry = Registry(profile.registry)
+        except RegistryError as exc:
+            store.close()
+            _say(prompt, f"{exc}")
+            return EXIT_BAD_INPUT
+
+        # 3. the threads, then the window
+        apply_theme(str(config["theme"]))
+        session = AppSession(store, config, registry, calibration_cache=profile.calibration_cache,
+                             window_state=QSettings(str(profile.config_dir / "window.ini"),
+                                                    QSettings.Format.IniFormat))
+        session.window.show()
+        try:
+            return app.exec()
+        finally:
+            session.close()
     finally:
-        service.shutdown()
-        store.close()
+        lock.unlock()

@@ -49,6 +49,14 @@ class ConversationView(QScrollArea):
         self._stick = True
         return w
 
+    def remove(self, w: MessageWidget) -> None:
+        if w in self.messages:
+            self.messages.remove(w)
+            w.setParent(None)
+            w.deleteLater()
+        if self._dirty is w:
+            self._dirty = None
+
     def mark_dirty(self, w: MessageWidget) -> None:
         """The widget's text changed; repaint it on the next frame, not now."""
         self._dirty = w

@@ -31,12 +31,11 @@ def run_self_test(argv: list[str]) -> int:
     from PySide6.QtWidgets import QApplication
 
     from specchat.config import AppConfig
-    from specchat.engine.runtime import backend_info
     from specchat.models.registry import Registry
     from specchat.store import ChatSettings, open_store
-    from specchat.workers.generation import GenerationService
+    from specchat.workers.generation import backend_info
 
-    from .main_window import MainWindow
+    from .session import AppSession
 
     results: list[tuple[bool, str]] = []
 
@@ -53,10 +52,11 @@ def run_self_test(argv: list[str]) -> int:
     store = open_store(tmp / "chats.sqlite3")
     if model is not None:
         store.create_chat("self-test", ChatSettings(target=model, draft=model, speculation="draft", max_tokens=8))
-    service = GenerationService()
+    session = AppSession(store, AppConfig(tmp / "c.toml"), Registry(tmp / "registry.json"),
+                         calibration_cache=tmp / "calibration.json")
+    window = session.window
     failed: list[str] = []
-    service.pairFailed.connect(failed.append)
-    window = MainWindow(store, service, registry=Registry(tmp / "registry.json"), config=AppConfig(tmp / "c.toml"))
+    session.answers.pairFailed.connect(failed.append)
     window.show()
     deadline = time.monotonic() + 120
 
@@ -67,7 +67,7 @@ def run_self_test(argv: list[str]) -> int:
         if model is None:
             app.quit()
             return
-        if window.pair_info is None:
+        if session.answers.pair_info is None:
             if failed or time.monotonic() > deadline:
                 check(False, f"load {model.name}: {failed[0] if failed else 'timed out'}")
                 app.quit()
@@ -76,9 +76,9 @@ def run_self_test(argv: list[str]) -> int:
             return
         if not results[-1][1].startswith("loaded"):
             check(True, f"loaded {model.name} as target and draft")
-            window.composer.setPlainText("Say hello.")
-            window.send()
-        if window.generating and time.monotonic() < deadline:
+            window.pane.composer.setPlainText("Say hello.")
+            window.pane.send()
+        if window.pane.generating and time.monotonic() < deadline:
             QTimer.singleShot(100, step)
             return
         answer = store.messages(window.chat_id)[-1]
@@ -89,8 +89,7 @@ def run_self_test(argv: list[str]) -> int:
     QTimer.singleShot(0, step)
     app.exec()
     window.close()
-    service.shutdown()
-    store.close()
+    session.close()
     ok = all(r[0] for r in results)
     print(f"self-test {'passed' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s")
     return 0 if ok else 1

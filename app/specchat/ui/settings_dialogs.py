@@ -28,6 +28,7 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.config = config
+        self.result_config: AppConfig | None = None  # the saved settings, after OK
         form = QFormLayout(self)
         self.fields = {}
         for s in SCHEMA:
@@ -69,14 +70,15 @@ class SettingsDialog(QDialog):
         return {key: value(w) for key, w in self.fields.items()}
 
     def save(self) -> None:
+        """Check the whole candidate (every key, then the cross-field rules) before anything is
+        applied; the live config is never touched, so Cancel after an error leaves it as it was."""
         try:
-            for key, value in self.values().items():
-                self.config.set(key, value)
-            self.config.controller()  # k_min <= k_max and friends
-            self.config.save()
+            candidate = self.config.replaced(self.values())
+            candidate.save()
         except (ConfigError, OSError) as exc:
             self.error.setText(str(exc))
             return
+        self.result_config = candidate
         self.accept()
 
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specchat.models.hub import DownloadCancelled, DownloadError, DownloadProgress, HubFile, download_files
 
-from .threads import end_thread
+from .threads import end_thread, start_thread
 
 
 class _DownloadWorker(QObject):
@@ -57,7 +57,7 @@ class DownloadService(QObject):
         self._worker.progress.connect(self.progress)
         self._worker.finished.connect(self._done)
         self._worker.failed.connect(self._fail)
-        self._thread.start()
+        start_thread(self._thread)
         self._next = 0
         self.active: int | None = None
 

@@ -29,7 +29,7 @@ from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.telemetry.samplers import MemoryShare, estimated_shares
 
-from .threads import end_thread
+from .threads import end_thread, start_thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +87,11 @@ def lower_this_threads_priority(nice: int) -> bool:
     return True
 
 
+def load_pair(config: PairConfig, cancel: CancelToken) -> SpeculativePair:
+    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated)."""
+    return SpeculativePair(config, cancel)
+
+
 class GenerationWorker(QObject):
     """Lives in the generation thread; its slots run there."""
 
@@ -94,7 +99,7 @@ class GenerationWorker(QObject):
     pairFailed = Signal(str)
     event = Signal(int, object)  # request id, engine event or Started
 
-    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = SpeculativePair,
+    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = load_pair,
                  nice: int = 0) -> None:
         super().__init__()
         self._factory = pair_factory
@@ -169,9 +174,8 @@ class GenerationWorker(QObject):
             self._fail(rid, f"generation failed: {exc}")
 
     def _fail(self, rid: int, message: str) -> None:
-        empty = GenerationStats("", 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0)
         self.event.emit(rid, Error(message))
-        self.event.emit(rid, Done(StopReason.ERROR, empty, message))
+        self.event.emit(rid, Done(StopReason.ERROR, GenerationStats.empty(), message))
 
 
 class GenerationService(QObject):
@@ -189,7 +193,7 @@ class GenerationService(QObject):
     _generate = Signal(object, object)
     _unload = Signal()
 
-    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = SpeculativePair,
+    def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = load_pair,
                  parent: QObject | None = None, *, nice: int = 0) -> None:
         """``nice``: how far decoding yields the CPU to the window (the ``decode_nice`` setting)."""
         super().__init__(parent)
@@ -209,7 +213,7 @@ class GenerationService(QObject):
         self._worker.pairFailed.connect(self.pairFailed)
         self._worker.event.connect(self._on_event)
         self._thread.started.connect(self._worker.lower_priority)  # runs in the new thread, before any work
-        self._thread.start(QThread.Priority.LowPriority)
+        start_thread(self._thread, QThread.Priority.LowPriority)
 
     def load(self, config: PairConfig) -> None:
         """Load a pair, giving up any load still running: only the newest one reports."""

@@ -1,10 +1,31 @@
-"""Ending a worker thread safely."""
+"""Starting and ending worker threads safely, and knowing which still run."""
 
 from __future__ import annotations
 
 import sys
+import weakref
 
 from PySide6.QtCore import QThread
+
+_started: weakref.WeakSet[QThread] = weakref.WeakSet()
+
+
+def start_thread(thread: QThread, priority: QThread.Priority = QThread.Priority.InheritPriority) -> None:
+    """Start ``thread`` and remember it, so a test (or a shutdown check) can ask what still runs."""
+    _started.add(thread)
+    thread.start(priority)
+
+
+def running_threads() -> list[str]:
+    """Names of the worker threads started here that have not ended."""
+    out = []
+    for thread in list(_started):
+        try:
+            if thread.isRunning():
+                out.append(thread.objectName() or "a worker thread")
+        except RuntimeError:  # its C++ object is gone, so it is not running
+            continue
+    return out
 
 
 def end_thread(thread: QThread, patience_ms: int) -> None:

@@ -1,0 +1,277 @@
+"""The chat on screen: its switches, its conversation, the composer and Send/Stop.
+
+The pane shows one chat at a time and owns no answer: an answer belongs to the
+:class:`~specchat.workers.answers.AnswerService`, which goes on writing it to the store
+whatever the pane shows.  The pane paints the shown chat's live answer when the service
+says it changed, and builds everything else from the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specchat.store import ChatSettings, Message, MessageStats, Store
+from specchat.workers.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
+
+from .chat_header import ChatHeader
+from .conversation import ConversationView
+from .message_widget import MessageWidget
+from .settings_dialogs import ChatSettingsDialog
+
+LIVE_FOOTER = {
+    Phase.WAITING: "waiting for the answer in another chat to finish…",
+    Phase.LOADING: "loading the model pair…",
+    Phase.STREAMING: "generating…",
+}
+NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu)."
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends, Shift+Enter makes a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+def footer_text(stats: MessageStats | None, state: str | None) -> str:
+    if stats is None:
+        return {"streaming": "generating…", "stopped": "stopped", "error": "error"}.get(state or "", "")
+    if stats.error:
+        return f"error: {stats.error}"
+    parts = [f"{stats.decode_tok_s:.1f} tok/s", f"{stats.tokens} tokens"]
+    if stats.token_acceptance is not None:
+        parts.append(f"{stats.token_acceptance:.0%} draft accepted")
+        parts.append(f"mean K {stats.mean_k:.1f}")
+    parts.append(stats.mode or "")
+    parts.append(f"stop: {stats.stop_reason}")
+    return " · ".join(p for p in parts if p)
+
+
+def _segments(m: Message) -> list[tuple[str, bool]]:
+    """The stored tint of an answer (which text came from accepted draft tokens)."""
+    segments = getattr(m, "content_segments", None)
+    return segments() if callable(segments) else []
+
+
+class ChatPane(QWidget):
+    titleChanged = Signal()  # a chat got its title from its first message
+    pairRequested = Signal()
+    pairChanged = Signal(object)  # ChatSettings whose target or draft changed
+
+    def __init__(self, store: Store, answers: AnswerService, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.answers = answers
+        self.chat_id: int | None = None
+        self._live: MessageWidget | None = None  # the widget of the shown chat's live answer
+        v = QVBoxLayout(self)
+        v.setContentsMargins(0, 0, 0, 0)
+        self.header = ChatHeader()
+        self.header.changed.connect(lambda change: self.update_settings(**change))
+        self.header.pairRequested.connect(self.pairRequested)
+        self.header.settingsRequested.connect(self.edit_chat_settings)
+        self.conversation = ConversationView()
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.hide()
+        self.composer = Composer(placeholderText="Message (Enter sends, Shift+Enter for a new line)")
+        self.composer.setFixedHeight(90)
+        self.composer.submitted.connect(self.send)
+        buttons = QHBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.clicked.connect(self._send_or_stop)
+        self.regen_button = QPushButton("Regenerate")
+        self.regen_button.clicked.connect(self.regenerate)
+        self.edit_button = QPushButton("Edit last")
+        self.edit_button.clicked.connect(lambda: self.edit_last())
+        buttons.addStretch(1)
+        for b in (self.edit_button, self.regen_button, self.send_button):
+            buttons.addWidget(b)
+        for w in (self.header, self.conversation, self.notice, self.composer):
+            v.addWidget(w)
+        v.addLayout(buttons)
+        answers.changed.connect(self._on_answer_changed)
+        answers.finished.connect(self._on_answer_finished)
+        answers.queueChanged.connect(self.update_buttons)
+        answers.notice.connect(self._on_notice)
+
+    # -- which chat --------------------------------------------------------------------
+
+    def show_chat(self, chat_id: int | None) -> None:
+        """Show a chat from the store, with its live answer (if any) where it is now."""
+        self.chat_id = chat_id
+        self.conversation.clear()
+        self._live = None
+        self.show_notice("")
+        if chat_id is None:
+            self.update_buttons()
+            return
+        live = self.answers.answer(chat_id)
+        for m in self.store.messages(chat_id):
+            if live is not None and m.id == live.message_id:
+                continue  # the live answer is painted from memory: the store lags by up to half a second
+            w = self.conversation.add(m.role, m.content, m.reasoning,
+                                      footer_text(m.stats, m.state) if m.role == "assistant" else "")
+            if m.role == "assistant":
+                w.segments = _segments(m)
+                if w.segments:
+                    w.refresh()
+        if live is not None:
+            self._paint_live(live)
+        self.show_settings(self.settings())
+        self.update_buttons()
+
+    def settings(self) -> ChatSettings:
+        return self.store.get_chat(self.chat_id).settings
+
+    # -- settings ----------------------------------------------------------------------
+
+    def update_settings(self, **change: object) -> None:
+        if self.chat_id is None:
+            return
+        new = replace(self.settings(), **change)
+        new.validate()
+        self.store.update_settings(self.chat_id, new)
+        self.show_settings(new)
+        if "target" in change or "draft" in change:
+            self.pairChanged.emit(new)
+
+    def show_settings(self, s: ChatSettings) -> None:
+        pair = "No model pair: choose one with Pair… or the Models menu"
+        if s.target:
+            pair = f"{s.target.name}" + (f"  +  {s.draft.name}" if s.draft else "  (no draft)")
+        self.header.show_settings(s.speculation, s.reasoning, s.temperature, pair)
+
+    def edit_chat_settings(self) -> None:
+        if self.chat_id is None:
+            return
+        dialog = ChatSettingsDialog(self.settings(), self)
+        if dialog.exec():
+            new = dialog.result_settings()
+            self.store.update_settings(self.chat_id, new)
+            self.show_settings(new)
+
+    # -- sending and stopping ---------------------------------------------------------------
+
+    @property
+    def generating(self) -> bool:
+        """Whether the shown chat has an answer running or waiting."""
+        return self.chat_id is not None and self.answers.answer(self.chat_id) is not None
+
+    def _send_or_stop(self) -> None:
+        self.stop() if self.generating else self.send()
+
+    def send(self) -> None:
+        text = self.composer.toPlainText().strip()
+        if not text or self.chat_id is None or self.generating:
+            return
+        if self.settings().target is None:
+            self.show_notice(NO_PAIR, error=True)
+            return
+        self.composer.clear()
+        if self.store.get_chat(self.chat_id).title == "New chat":
+            self.store.rename_chat(self.chat_id, text.splitlines()[0][:60])
+            self.titleChanged.emit()
+        m = self.store.add_message(self.chat_id, "user", text)
+        self.conversation.add("user", m.content)
+        self._ask()
+
+    def _ask(self) -> None:
+        self.show_notice("")
+        live = self.answers.ask(self.chat_id)
+        if self._live is None and self.answers.answer(self.chat_id) is live:
+            self._paint_live(live)
+        self.update_buttons()
+
+    def stop(self) -> None:
+        if self.chat_id is not None:
+            self.answers.stop(self.chat_id)
+
+    def regenerate(self) -> None:
+        last_user = self._last_user()
+        if last_user is None:
+            return
+        self.store.delete_messages_after(last_user.id)
+        self.show_chat(self.chat_id)
+        self._ask()
+
+    def edit_last(self, text: str | None = None) -> None:
+        """Edit the last user message (asking for the new text unless given) and answer it again."""
+        last_user = self._last_user()
+        if last_user is None:
+            return
+        ok = text is not None
+        if text is None:
+            text, ok = QInputDialog.getMultiLineText(self, "Edit and resend", "Message:", last_user.content)
+        if ok and text.strip():
+            self.store.edit_message(last_user.id, text.strip())
+            self.show_chat(self.chat_id)
+            self._ask()
+
+    def _last_user(self) -> Message | None:
+        if self.chat_id is None or self.generating:
+            return None
+        return next((m for m in reversed(self.store.messages(self.chat_id)) if m.role == "user"), None)
+
+    def update_buttons(self) -> None:
+        live = self.answers.answer(self.chat_id) if self.chat_id is not None else None
+        self.send_button.setText("Send" if live is None else "Cancel" if live.phase is Phase.WAITING else "Stop")
+        idle = live is None and self.chat_id is not None
+        self.regen_button.setEnabled(idle)
+        self.edit_button.setEnabled(idle)
+
+    # -- the live answer -------------------------------------------------------------------
+
+    def _paint_live(self, live: LiveAnswer) -> None:
+        if self._live is None:
+            self._live = self.conversation.add("assistant")
+        w = self._live
+        w.content, w.reasoning, w.segments = live.content, live.reasoning, list(live.segments)
+        w.footer = LIVE_FOOTER[live.phase]
+        self.conversation.mark_dirty(w)
+
+    def _on_answer_changed(self, chat_id: int) -> None:
+        live = self.answers.answer(chat_id)
+        if chat_id == self.chat_id and live is not None:
+            self._paint_live(live)
+            if live.phase is not Phase.WAITING:
+                self.update_buttons()
+
+    def _on_answer_finished(self, chat_id: int, stored: Message | None) -> None:
+        if chat_id != self.chat_id:
+            return
+        w, self._live = self._live, None
+        if w is not None:
+            if stored is None:  # a waiting answer was cancelled, or its chat is gone
+                self.conversation.remove(w)
+            else:
+                w.segments = _segments(stored) or w.segments
+                w.set_content(stored.content, stored.reasoning, footer_text(stored.stats, stored.state))
+                self.conversation.flush()
+        self.update_buttons()
+
+    def _on_notice(self, notice: AnswerNotice) -> None:
+        if notice.chat_id == self.chat_id and (notice.error or notice.warning or notice.permanent):
+            self.show_notice(notice.text, error=notice.error)
+
+    def show_notice(self, text: str, error: bool = False) -> None:
+        self.notice.setStyleSheet(f"color:{'#b00020' if error else '#8a5a00'}; padding:2px 8px;")
+        self.notice.setText(text)
+        self.notice.setVisible(bool(text))

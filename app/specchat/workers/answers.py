@@ -1,0 +1,346 @@
+"""Every answer's life, from request to Done, whether or not its chat is on screen.
+
+A :class:`LiveAnswer` is one answer: its chat, its request id, its message in the store
+and the writer that fills it, its reasoning parser and the text so far.  The
+:class:`AnswerService` owns all of them.  It is not a widget and holds no widget: views
+find an answer by its chat id and repaint when ``changed(chat_id)`` says so, so closing
+or switching a chat view can neither stop an answer nor leave it painting into a
+deleted widget.
+
+One pair generates at a time (one generation thread owns the models).  An answer asked
+for while another streams waits in line, in order, and starts when the one before it is
+done; if its chat uses another pair, that pair is loaded first.  Nothing is stored for a
+waiting answer until it starts, so stopping it (or closing the app) leaves the chat as it
+was.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from specchat.engine import Done, Error, Fallback, Mode, SamplingSettings, TokenOrigin, TokensEmitted
+from specchat.engine.events import GenerationStats
+from specchat.engine.pair import PairConfig
+from specchat.engine.reasoning import ReasoningParser
+from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
+from specchat.telemetry import TelemetryRecorder
+
+from .generation import GenerationService, PairInfo, Started
+
+FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
+
+
+class Phase(StrEnum):
+    WAITING = "waiting"  # in line behind another answer
+    LOADING = "loading"  # its pair is loading
+    STREAMING = "streaming"
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerNotice:
+    """Something the user should read about an answer (a fallback, an error), with its chat."""
+
+    chat_id: int
+    text: str
+    error: bool = False
+    warning: bool = False  # the fallback-share warning
+    permanent: bool = False
+
+
+class LiveAnswer:
+    """One answer in progress.  Read by views; changed only by the AnswerService."""
+
+    def __init__(self, chat_id: int, settings: ChatSettings) -> None:
+        self.chat_id = chat_id
+        self.settings = settings
+        self.phase = Phase.WAITING
+        self.request_id = 0
+        self.message_id: int | None = None
+        self.writer: AnswerWriter | None = None
+        self.parser: ReasoningParser | None = None
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self.segments: list[tuple[str, bool]] = []  # (answer text, from an accepted draft)
+
+    @property
+    def content(self) -> str:
+        return "".join(self._content)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    def add(self, answer: str, thought: str, origins: tuple[TokenOrigin, ...] = ()) -> None:
+        if answer:
+            self._content.append(answer)
+            self.segments.append((answer, bool(origins) and all(o is TokenOrigin.DRAFT for o in origins)))
+        if thought:
+            self._reasoning.append(thought)
+        if self.writer is not None:
+            self.writer.append(answer, thought, origins)
+
+
+class AnswerService(QObject):
+    """Owns every answer: a line of waiting answers and the one streaming."""
+
+    changed = Signal(int)  # chat id: the answer's text or phase changed
+    finished = Signal(int, object)  # chat id, the final stored Message (None: nothing was stored)
+    queueChanged = Signal()  # which chats are generating or waiting changed
+    notice = Signal(object)  # AnswerNotice
+    pairLoading = Signal(str)  # the target's file name
+    pairLoaded = Signal(object)  # PairInfo
+    pairFailed = Signal(str)
+
+    def __init__(self, store: Store, service: GenerationService,
+                 pair_config: Callable[[ChatSettings], PairConfig],
+                 recorder: TelemetryRecorder | None = None, parent: QObject | None = None) -> None:
+        """``pair_config`` turns a chat's settings into the pair to load; it raises ValueError
+        (one line) when it cannot, e.g. a model file that is gone."""
+        super().__init__(parent)
+        self.store = store
+        self.service = service
+        self.recorder = recorder
+        self._pair_config = pair_config
+        self._queue: deque[LiveAnswer] = deque()
+        self._current: LiveAnswer | None = None
+        self._loaded: PairConfig | None = None
+        self._loading: PairConfig | None = None
+        self.pair_info: PairInfo | None = None
+        self._closed = False
+        service.event.connect(self._on_event)
+        service.pairLoaded.connect(self._on_pair_loaded)
+        service.pairFailed.connect(self._on_pair_failed)
+        self._flush = QTimer(self, interval=FLUSH_MS)
+        self._flush.timeout.connect(self._poll_writer)
+
+    # -- what views ask ---------------------------------------------------------------
+
+    def answer(self, chat_id: int) -> LiveAnswer | None:
+        """The chat's answer in progress (waiting, loading or streaming), if any."""
+        if self._current is not None and self._current.chat_id == chat_id:
+            return self._current
+        return next((a for a in self._queue if a.chat_id == chat_id), None)
+
+    def busy_chats(self) -> dict[int, Phase]:
+        out = {a.chat_id: Phase.WAITING for a in self._queue}
+        if self._current is not None:
+            out[self._current.chat_id] = self._current.phase
+        return out
+
+    @property
+    def current(self) -> LiveAnswer | None:
+        return self._current
+
+    @property
+    def loaded_pair(self) -> PairConfig | None:
+        return self._loaded
+
+    # -- requests ---------------------------------------------------------------------
+
+    def ask(self, chat_id: int) -> LiveAnswer:
+        """Answer the chat's conversation as it stands (in line if another answer streams)."""
+        live = self.answer(chat_id)
+        if live is not None:
+            return live
+        live = LiveAnswer(chat_id, self.store.get_chat(chat_id).settings)
+        self._queue.append(live)
+        self.queueChanged.emit()
+        self._pump()
+        return live
+
+    def stop(self, chat_id: int) -> None:
+        """Stop the chat's answer: a streaming one keeps its text, a waiting one is dropped."""
+        live = self.answer(chat_id)
+        if live is None:
+            return
+        if live is self._current and live.phase is Phase.STREAMING:
+            self.service.cancel()  # Done (cancelled) follows within a round
+            return
+        if live is self._current:  # its pair is still loading: nothing stored yet
+            self._current = None
+        else:
+            self._queue.remove(live)
+        self.finished.emit(chat_id, None)
+        self.queueChanged.emit()
+        self._pump()
+
+    def preload(self, settings: ChatSettings) -> None:
+        """Load the pair a chat uses, so its first answer starts at once (only while idle)."""
+        if self._current is not None or self._queue or settings.target is None or self._closed:
+            return
+        try:
+            config = self._pair_config(settings)
+        except ValueError as exc:
+            self.pairFailed.emit(str(exc))
+            return
+        self._load(config)
+
+    def reload(self, settings: ChatSettings | None) -> None:
+        """The app settings changed: the pair is loaded again with them (now if idle)."""
+        self._loaded = None
+        if settings is not None:
+            self.preload(settings)
+
+    def shutdown(self) -> None:
+        """Closing: the streaming answer is kept as "stopped" with its text; waiting ones are dropped."""
+        self._closed = True
+        self._queue.clear()
+        live, self._current = self._current, None
+        self._flush.stop()
+        if live is not None:
+            self.service.cancel()
+            if live.writer is not None and not live.writer.finished:
+                self._close_parser(live)
+                live.writer.finish("stopped", None)
+            if self.recorder is not None and live.request_id:
+                self.recorder.abandon(live.request_id)
+
+    # -- the line -----------------------------------------------------------------------
+
+    def _load(self, config: PairConfig) -> None:
+        if config == self._loaded or config == self._loading:
+            return
+        self._loading = config
+        self.pair_info = None
+        self.pairLoading.emit(config.target.name)
+        self.service.load(config)
+
+    def _pump(self) -> None:
+        """Start the next answer if none is running."""
+        while self._current is None and self._queue and not self._closed:
+            live = self._queue.popleft()
+            self._current = live
+            try:
+                config = self._pair_config(live.settings)
+            except ValueError as exc:
+                self._fail(live, str(exc))
+                continue
+            if config == self._loaded and self.pair_info is not None:
+                self._start(live)
+            else:
+                live.phase = Phase.LOADING
+                self._load(config)
+                self.changed.emit(live.chat_id)
+                self.queueChanged.emit()
+
+    def _start(self, live: LiveAnswer) -> None:
+        s = live.settings
+        info = self.pair_info
+        messages = self._history(live.chat_id, s)
+        try:
+            message = self.store.start_answer(live.chat_id)
+        except KeyError:  # the chat was deleted while the answer waited
+            self._current = None
+            self.finished.emit(live.chat_id, None)
+            self.queueChanged.emit()
+            return
+        live.message_id = message.id
+        live.writer = self.store.answer_writer(message)
+        live.phase = Phase.STREAMING
+        mode = Mode(s.speculation)
+        live.request_id = self.service.submit(
+            messages=messages, mode=mode,
+            sampling=SamplingSettings(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                                      repeat_penalty=s.repeat_penalty, seed=s.seed),
+            max_tokens=s.max_tokens,
+            reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
+        )
+        if self.recorder is not None:
+            self.recorder.begin(live.request_id, live.chat_id, mode=mode.value)
+        self._flush.start()
+        self.changed.emit(live.chat_id)
+        self.queueChanged.emit()
+
+    def _history(self, chat_id: int, s: ChatSettings) -> tuple[dict[str, str], ...]:
+        msgs = [{"role": "system", "content": s.system_prompt}] if s.system_prompt else []
+        for m in self.store.messages(chat_id):
+            if m.role == "user" or (m.role == "assistant" and m.content):
+                msgs.append({"role": m.role, "content": m.content})
+        return tuple(msgs)
+
+    def _fail(self, live: LiveAnswer, message: str) -> None:
+        """The answer cannot start (its pair failed to load): stored as an error that says why."""
+        self._current = None
+        stored: Message | None = None
+        try:
+            writer = self.store.answer_writer(self.store.start_answer(live.chat_id))
+            stored = writer.finish("error", MessageStats.from_generation(
+                GenerationStats.empty(live.settings.speculation), "error", error=message))
+        except KeyError:
+            pass  # the chat is gone
+        self.notice.emit(AnswerNotice(live.chat_id, message, error=True))
+        self.finished.emit(live.chat_id, stored)
+        self.queueChanged.emit()
+
+    # -- from the generation thread ------------------------------------------------------
+
+    def _on_pair_loaded(self, info: PairInfo) -> None:
+        self._loaded, self._loading = self._loading, None
+        self.pair_info = info
+        if self.recorder is not None:
+            # the reference line comes from this pair's plain answers (learned by the recorder);
+            # the load-time calibration is a best case and would flatter it
+            self.recorder.reset_plain_rate()
+        self.pairLoaded.emit(info)
+        live = self._current
+        if live is not None and live.phase is Phase.LOADING:
+            self._start(live)
+
+    def _on_pair_failed(self, message: str) -> None:
+        self._loaded = self._loading = None
+        self.pair_info = None
+        self.pairFailed.emit(message)
+        live = self._current
+        if live is not None and live.phase is Phase.LOADING:
+            self._fail(live, message)
+            self._pump()
+
+    def _on_event(self, rid: int, ev: object) -> None:
+        live = self._current
+        if live is None or rid != live.request_id:
+            return  # a stopped or abandoned request: stale results never reach the screen
+        if self.recorder is not None:
+            self.recorder.feed(rid, live.chat_id, ev)
+        if isinstance(ev, Started):
+            live.parser = ReasoningParser(ev.starts_in_reasoning)
+        elif isinstance(ev, TokensEmitted):
+            if live.parser is not None:
+                split = live.parser.feed(ev.text)
+                live.add(split.answer, split.reasoning, ev.origins)
+            else:
+                live.add(ev.text, "", ev.origins)
+            self.changed.emit(live.chat_id)
+        elif isinstance(ev, Fallback):
+            self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
+        elif isinstance(ev, Error):
+            self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True))
+        elif isinstance(ev, Done):
+            self._finish(live, ev)
+
+    def _finish(self, live: LiveAnswer, done: Done) -> None:
+        self._current = None
+        self._flush.stop()
+        self._close_parser(live)
+        state = {"cancelled": "stopped", "error": "error"}.get(done.stop_reason.value, "done")
+        stats = MessageStats.from_generation(done.stats, done.stop_reason.value,
+                                             error=done.message if state == "error" else "")
+        stored = live.writer.finish(state, stats) if live.writer is not None else None
+        self.finished.emit(live.chat_id, stored)
+        self.queueChanged.emit()
+        self._pump()
+
+    def _close_parser(self, live: LiveAnswer) -> None:
+        if live.parser is not None:
+            rest = live.parser.flush()
+            live.parser = None
+            live.add(rest.answer, rest.reasoning)
+
+    def _poll_writer(self) -> None:
+        live = self._current
+        if live is not None and live.writer is not None:
+            live.writer.poll()

@@ -1,0 +1,220 @@
+"""A fake model and a fake pair: the real generation loop, controller, worker thread and
+window, without a GGUF file or llama.cpp doing any work.
+
+``FakeModel`` implements :class:`~specchat.engine.runtime.LoadedModel`'s interface over a
+byte vocabulary (ids 0-255 are bytes, then two special tokens).  Its "language model" is a
+table: after the assistant header of the chat template, the n-th answer token is byte n of
+an answer text chosen by the prompt, and the end-of-turn token comes after
+``answer_tokens``.  Logits are one-hot-like rows (the chosen token +10, all others -10),
+so greedy decoding is deterministic and exact.  A draft model is the same table with a
+fixed share of positions wrong, which gives a known acceptance.  ``decode_s`` makes every
+decode take time, so an answer can be caught mid-stream.
+
+``fake_pair_factory(spec)`` is what ``GenerationService(pair_factory=...)`` takes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specchat.engine.controller import CostModel
+from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
+from specchat.engine.runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
+
+EOT, IM_START = 256, 257
+SPECIALS = {"<|im_end|>": EOT, "<|im_start|>": IM_START}
+N_VOCAB = 258
+HEADER = list(b"assistant\n")  # follows <|im_start|> where the model's turn begins
+
+ANSWERS = (
+    "Speculative decoding lets a small draft model propose tokens that the large target model "
+    "checks in one batch. **Accepted** tokens cost almost nothing; a rejected one costs a round. ",
+    "Here is a function:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\nIt adds two numbers. ",
+    "1. Load the pair.\n2. Calibrate the costs.\n3. Draft, verify, repeat until the answer ends. ",
+)
+
+
+@dataclass(frozen=True)
+class FakeSpec:
+    """How the fake pair behaves; the defaults stream a 120-token answer at once."""
+
+    answer_tokens: int = 120  # then the end-of-turn token
+    decode_s: float = 0.0  # seconds every decode call takes (per call, not per token)
+    miss_every: int = 4  # the draft is wrong at every n-th answer position (0: never)
+    n_ctx: int = 2048
+    load_s: float = 0.0  # how long a load takes (checked for cancel every 10 ms)
+    fail_load: str = ""  # a load raises LlamaError with this message
+    can_trim: bool = True
+    costs: dict[int, float] = field(default_factory=lambda: {1: 0.010, 2: 0.011, 3: 0.012, 5: 0.014, 9: 0.018})
+    draft_cost_s: float = 0.001
+
+
+class FakeModel(LoadedModel):
+    """The runtime's interface over a table; see the module doc."""
+
+    def __init__(self, path: Path, spec: FakeSpec, *, draft: bool = False) -> None:  # noqa: D107
+        # LoadedModel.__init__ would load a GGUF file through llama.cpp: not called on purpose
+        self.path = Path(path)
+        self.options = ModelOptions(n_ctx=spec.n_ctx)
+        self.spec = spec
+        self.is_draft = draft
+        self.n_ctx = spec.n_ctx
+        self.n_batch = 512
+        self.n_threads = 1
+        self.n_vocab = N_VOCAB
+        self.can_trim = spec.can_trim
+        self.add_bos = False
+        self.tokens: list[int] = []
+        self.decode_calls = 0
+        self._rows: list[np.ndarray] = []
+        self._closed = False
+
+    # -- the table ------------------------------------------------------------------
+
+    def next_token(self, context: list[int]) -> int:
+        """The target's greedy choice after ``context`` (the draft's, with its misses)."""
+        start = _answer_start(context)
+        if start is None:
+            return EOT
+        pos = len(context) - start
+        if pos >= self.spec.answer_tokens:
+            return EOT
+        answer = ANSWERS[zlib.crc32(bytes(t for t in context[:start] if t < 256)) % len(ANSWERS)].encode()
+        token = answer[pos % len(answer)]
+        if self.is_draft and self.spec.miss_every and pos % self.spec.miss_every == self.spec.miss_every - 1:
+            token = (token + 1) % 256
+        return token
+
+    def _row(self, token: int) -> np.ndarray:
+        row = np.full(N_VOCAB, -10.0, dtype=np.float32)
+        row[token] = 10.0
+        return row
+
+    # -- LoadedModel's interface -------------------------------------------------------
+
+    def close(self) -> None:
+        self._closed = True
+
+    def meta(self, key: str) -> str | None:
+        return {"tokenizer.ggml.eos_token_id": str(EOT)}.get(key)
+
+    def chat_template(self) -> str | None:
+        return None  # ChatFormat falls back to ChatML, which this vocabulary speaks
+
+    def describe(self) -> str:
+        return "fake table model"
+
+    @property
+    def size_bytes(self) -> int:
+        return 1_000_000 if self.is_draft else 10_000_000
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        out: list[int] = []
+        rest = text
+        while rest:
+            hits = [(rest.find(s), s) for s in SPECIALS if parse_special and s in rest]
+            if not hits:
+                out.extend(rest.encode())
+                break
+            at, special = min(hits)
+            out.extend(rest[:at].encode())
+            out.append(SPECIALS[special])
+            rest = rest[at + len(special):]
+        return out
+
+    def piece(self, token: int) -> bytes:
+        return bytes([token]) if token < 256 else b""
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOT
+
+    def token_text(self, token: int) -> str:
+        return next((s for s, t in SPECIALS.items() if t == token), chr(token) if token < 256 else "")
+
+    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+        if not tokens:
+            return
+        if self._closed:
+            raise LlamaError(f"{self.path.name}: decode after close")
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > {self.n_ctx}")
+        self.decode_calls += 1
+        if self.spec.decode_s:
+            time.sleep(self.spec.decode_s)
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        if logits == "none":
+            self._rows = []
+        elif logits == "last":
+            self._rows = [self._row(self.next_token(self.tokens))]
+        else:
+            self._rows = [self._row(self.next_token(self.tokens[: start + i + 1])) for i in range(len(tokens))]
+
+    def trim(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def clear(self) -> None:
+        self.tokens.clear()
+
+    def logits(self, i: int) -> np.ndarray:
+        try:
+            return self._rows[i]
+        except IndexError:
+            raise LlamaError(f"no logits for batch row {i}") from None
+
+    def set_threads(self, n_threads: int) -> None:
+        self.n_threads = n_threads
+
+    @property
+    def ctx(self):
+        raise LlamaError("the fake model has no llama.cpp context: use greedy sampling without penalties")
+
+
+def _answer_start(context: list[int]) -> int | None:
+    """Index of the first answer token: just after the last ``<|im_start|>assistant\\n``."""
+    for i in range(len(context) - 1, -1, -1):
+        if context[i] == IM_START:
+            head = context[i + 1 : i + 1 + len(HEADER)]
+            return i + 1 + len(HEADER) if head == HEADER else None
+    return None
+
+
+def fake_pair(config: PairConfig, spec: FakeSpec = FakeSpec(), cancel: CancelToken | None = None) -> SpeculativePair:
+    """A pair of fake models for ``config`` (the files need not exist)."""
+    deadline = time.monotonic() + spec.load_s
+    while time.monotonic() < deadline:
+        if cancel is not None and cancel.cancelled:
+            raise LoadCancelled("loading was cancelled")
+        time.sleep(0.01)
+    if spec.fail_load:
+        raise LlamaError(spec.fail_load)
+    target = FakeModel(config.target, spec)
+    draft = FakeModel(config.draft, spec, draft=True) if config.draft is not None else None
+    costs = CostModel(dict(spec.costs), {"model": spec.draft_cost_s, "lookup": 0.0})
+    return SpeculativePair.from_models(config, target, draft, costs)
+
+
+class FakePairFactory:
+    """``pair_factory`` for a GenerationService: counts loads; the spec can change between loads."""
+
+    def __init__(self, spec: FakeSpec = FakeSpec()) -> None:
+        self.spec = spec
+        self.loads: list[PairConfig] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
+        with self._lock:
+            self.loads.append(config)
+            spec = self.spec
+        return fake_pair(config, spec, cancel)
+
+
+def fake_pair_factory(spec: FakeSpec = FakeSpec()) -> Callable[[PairConfig, CancelToken], SpeculativePair]:
+    return FakePairFactory(spec)
