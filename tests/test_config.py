@@ -1,4 +1,8 @@
-"""The TOML settings file: defaults, round trip, and one-line errors that name the key."""
+"""The TOML settings file: defaults, round trip, and one-line errors that name the key and the file."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,29 +31,132 @@ def test_saved_values_come_back(tmp_path):
 @pytest.mark.parametrize("text, needle", [
     ("n_ctx = 'big'", "n_ctx: must be a whole number"),
     ("p_min = 1.5", "p_min: must be between 0 and 1"),
-    ("default_mode = 'turbo'", "default_mode: must be one of auto, draft, lookup, off"),
+    ("default_mode = 'turbo'", "default_mode: must be one of auto, draft, lookup, baseline"),
     ("colour = 1", "unknown key 'colour'"),
     ("n_ctx = ", "not valid TOML"),
+    ("p_min = nan", "p_min: must be a finite number"),
+    ("min_token_acceptance = inf", "min_token_acceptance: must be a finite number"),
+    ("fallback_warning_share = -inf", "fallback_warning_share: must be a finite number"),
+    ("k_min = 6\nk_max = 3", "k_min (6) must not be above k_max (3)"),
+    ("k_min = 9", "k_min (9) must not be above k_max (8)"),  # the other one from the defaults
 ])
-def test_bad_values_name_the_key(tmp_path, text, needle):
+def test_bad_values_name_the_key_and_the_file(tmp_path, text, needle):
     path = tmp_path / "config.toml"
     path.write_text(text + "\n")
     with pytest.raises(ConfigError) as err:
         AppConfig(path)
     assert needle in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{path}: ")
+
+
+def test_invalid_utf8_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'theme = "dark"\n# caf\xe9\n')
+    with pytest.raises(ConfigError) as err:
+        AppConfig(path)
+    assert str(err.value) == f"{path}: not valid UTF-8 (byte 20); save it as UTF-8"
+
+
+def test_a_byte_order_mark_is_fine(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'\xef\xbb\xbftheme = "dark"\n')
+    assert AppConfig(path)["theme"] == "dark"
+
+
+def test_legacy_off_is_read_as_baseline_and_written_as_baseline(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('default_mode = "off"\n')
+    c = AppConfig(path)
+    assert c["default_mode"] == "baseline"
+    c.apply({"theme": "dark"})
+    assert 'default_mode = "baseline"' in path.read_text() and '"off"' not in path.read_text()
 
 
 def test_k_min_above_k_max_is_refused(tmp_path):
     c = AppConfig(tmp_path / "config.toml")
     c.set("k_min", 9)
     c.set("k_max", 4)
-    with pytest.raises(ConfigError, match="k_min/k_max"):
+    with pytest.raises(ConfigError, match=r"k_min \(9\) must not be above k_max \(4\)"):
         c.controller()
+
+
+# -- a candidate is checked whole; nothing is applied unless all of it is good ------------------
+
+
+def test_replaced_checks_every_key_and_the_rules_and_leaves_the_config_alone(tmp_path):
+    c = AppConfig(tmp_path / "config.toml")
+    before = dict(c.values)
+    new = c.replaced({"k_min": 3, "k_max": 5, "theme": "dark"})
+    assert (new["k_min"], new["k_max"], new["theme"]) == (3, 5, "dark")
+    assert c.values == before
+    for values, needle in [({"k_min": 9, "k_max": 4}, "k_min (9) must not be above k_max (4)"),
+                           ({"k_min": 2, "p_min": float("nan")}, "p_min: must be a finite number"),
+                           ({"n_ctx": float("inf")}, "n_ctx: must be a whole number"),
+                           ({"n_ctx": 8192, "colour": 1}, "unknown key 'colour'"),
+                           ({"default_mode": "turbo"}, "default_mode: must be one of")]:
+        with pytest.raises(ConfigError) as err:
+            c.replaced(values)
+        assert needle in str(err.value) and "\n" not in str(err.value)
+        assert c.values == before
+    assert not (tmp_path / "config.toml").exists()
+
+
+def test_apply_is_all_or_nothing(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("n_ctx = 2048\n")
+    c = AppConfig(path)
+    before, on_disk = dict(c.values), path.read_bytes()
+    with pytest.raises(ConfigError):
+        c.apply({"n_ctx": 8192, "theme": "dark", "k_min": 9, "k_max": 2})
+    assert c.values == before and path.read_bytes() == on_disk
+    c.apply({"n_ctx": 8192, "theme": "dark"})
+    assert c["n_ctx"] == 8192 and AppConfig(path)["theme"] == "dark"
+
+
+def test_save_never_overwrites_a_file_it_cannot_parse(tmp_path):
+    path = tmp_path / "config.toml"
+    c = AppConfig(path)
+    c.apply({"theme": "dark"})
+    path.write_bytes(b"theme = \"dark\"\nn_ctx = [oops\n")  # the user edits it by hand meanwhile
+    damaged = path.read_bytes()
+    before = dict(c.values)
+    with pytest.raises(ConfigError) as err:
+        c.apply({"n_ctx": 8192})
+    assert str(err.value).startswith(f"{path}: not valid TOML") and "not saved" in str(err.value)
+    assert path.read_bytes() == damaged and c.values == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_save_merges_with_what_another_process_wrote(tmp_path):
+    path = tmp_path / "config.toml"
+    window, terminal = AppConfig(path), AppConfig(path)
+    terminal.apply({"n_ctx": 8192})
+    window.apply({"theme": "dark"})  # opened before the terminal's change: keeps it
+    again = AppConfig(path)
+    assert again["n_ctx"] == 8192 and again["theme"] == "dark"
+    assert window["n_ctx"] == 8192  # and now sees it
+
+
+def test_two_processes_saving_at_once_lose_nothing(tmp_path):
+    """Each save re-reads, merges and renames a temp file of its own, under the lock."""
+    path = tmp_path / "config.toml"
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom specchat.config import AppConfig\n"
+        "key, base, path = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])\n"
+        "for i in range(1, 41):\n"
+        "    AppConfig(path).apply({key: base + i})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, key, str(base), str(path)], stderr=subprocess.PIPE,
+                              text=True) for key, base in (("n_ctx", 1000), ("threads", 0))]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    c = AppConfig(path)
+    assert (c["n_ctx"], c["threads"]) == (1040, 40)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "config.toml.lock"]
 
 
 def test_the_documented_example_is_the_schema_and_loads_as_the_defaults(tmp_path):
     """docs/config.example.toml is generated from the schema: regenerate it when a setting changes."""
-    from pathlib import Path
 
     from specchat.config import SCHEMA, example_toml
 

@@ -1,23 +1,40 @@
-"""App settings: a declarative schema, stored as TOML in the platformdirs config dir.
+"""App settings: a declarative schema, stored as TOML in the profile's config dir.
 
 Each setting is declared once (key, default, range, help); the settings dialog
 and the config file are both built from :data:`SCHEMA`, and a bad value is
-refused with one line that names the key.  Qt-free.
+refused with one line that names the key (and the file, when it came from one).
+Rules between settings (k_min <= k_max) are checked with the file at load and
+with every candidate (:meth:`AppConfig.replaced`), so a config in memory is
+always whole and valid.  Qt-free.
+
+Changing settings from a dialog: ``candidate = config.replaced(values)`` checks
+everything and touches nothing (ConfigError: show it, keep the dialog open);
+``config.apply(values)`` does that, saves, and only then takes the new values;
+Cancel does nothing, so the config stays exactly as it was.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import textwrap
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.engine.settings import ControllerSettings
+from specchat.profile import Profile, write_text_atomically
+
+LOCK_TIMEOUT_S = 10.0
 
 
 class ConfigError(ValueError):
-    """One line naming the bad key."""
+    """One line naming the bad key (and the file, when the value came from one)."""
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,28 +46,33 @@ class Setting:
     hi: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
+    legacy: tuple[tuple[str, str], ...] = ()  # (old value, its name now): read, never written
 
     def check(self, value: object) -> object:
+        """The value as stored, or ConfigError naming the key.  NaN and infinity are refused."""
         d = self.default
         if self.choices:
+            value = dict(self.legacy).get(value, value) if isinstance(value, str) else value
             if value not in self.choices:
-                raise ConfigError(f"{self.key}: must be one of {', '.join(self.choices)} (got {value!r})")
+                raise ConfigError(f"{self.key}: must be one of {', '.join(self.choices)} (got {_short(value)})")
             return value
         if isinstance(d, bool):
             if not isinstance(value, bool):
-                raise ConfigError(f"{self.key}: must be true or false (got {value!r})")
+                raise ConfigError(f"{self.key}: must be true or false (got {_short(value)})")
             return value
         if isinstance(d, int):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{self.key}: must be a whole number (got {value!r})")
+                raise ConfigError(f"{self.key}: must be a whole number (got {_short(value)})")
         elif isinstance(d, float):
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"{self.key}: must be a number (got {value!r})")
+                raise ConfigError(f"{self.key}: must be a number (got {_short(value)})")
+            if not math.isfinite(value):
+                raise ConfigError(f"{self.key}: must be a finite number (got {_short(value)})")
             value = float(value)
         elif isinstance(d, str) and not isinstance(value, str):
-            raise ConfigError(f"{self.key}: must be text (got {value!r})")
+            raise ConfigError(f"{self.key}: must be text (got {_short(value)})")
         if self.lo is not None and value < self.lo or self.hi is not None and value > self.hi:
-            raise ConfigError(f"{self.key}: must be between {self.lo:g} and {self.hi:g} (got {value!r})")
+            raise ConfigError(f"{self.key}: must be between {self.lo:g} and {self.hi:g} (got {_short(value)})")
         return value
 
 
@@ -72,9 +94,9 @@ SCHEMA: tuple[Setting, ...] = (
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
-            choices=("auto", "draft", "lookup", "off"),
+            choices=("auto", "draft", "lookup", "baseline"), legacy=(("off", "baseline"),),
             help="auto: speculate only where it pays; draft: always the draft model; "
-                 "lookup: n-grams from the prompt; off: plain decoding"),
+                 "lookup: n-grams from the prompt; baseline: plain decoding"),
     Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
     Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
     Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
@@ -90,17 +112,18 @@ SCHEMA: tuple[Setting, ...] = (
 BY_KEY = {s.key: s for s in SCHEMA}
 
 
-def default_config_path() -> Path:
-    from platformdirs import user_config_dir
 
-    return Path(user_config_dir("specchat")) / "config.toml"
+
+def default_config_path() -> Path:
+    return Profile.default().config_file
 
 
 def example_toml() -> str:
     """Every setting with its default and help, as a commented TOML file (docs/config.example.toml)."""
     lines = ["# SpecChat settings: config.toml in the platformdirs config dir",
              "# (Linux ~/.config/specchat, macOS ~/Library/Application Support/specchat,",
-             "# Windows %LOCALAPPDATA%\\specchat), or any file given with 'specchat --config FILE'.",
+             "# Windows %LOCALAPPDATA%\\specchat), DIR/config.toml with 'specchat --profile DIR',",
+             "# or any file given with 'specchat --config FILE'.",
              "# Every key is optional; the values below are the defaults.", ""]
     for s in SCHEMA:
         lines += textwrap.wrap(f"{s.label}" + (f": {s.help}" if s.help else ""), 98,
@@ -118,65 +141,162 @@ def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return repr(v)
 
 
-class AppConfig:
-    """The settings in force: defaults, overridden by the file's values.
+def _render(values: Mapping[str, object]) -> str:
+    lines = ["# SpecChat settings; every key is optional (defaults in specchat/config.py)"]
+    lines += [f"{s.key} = {_toml_value(values[s.key])}" for s in SCHEMA if values[s.key] != s.default]
+    return "\n".join(lines) + "\n"
 
-    ``path`` None: the default file, which need not exist.  A ``path`` given explicitly
-    (``specchat --config FILE``) must exist: a typo should not silently give defaults.
+
+def _defaults() -> dict[str, object]:
+    return {s.key: s.default for s in SCHEMA}
+
+
+def check_rules(values: Mapping[str, object]) -> None:
+    """Rules between settings; ConfigError with one line naming the keys."""
+    k_min, k_max = values["k_min"], values["k_max"]
+    if k_min > k_max:  # type: ignore[operator]
+        raise ConfigError(f"k_min ({k_min}) must not be above k_max ({k_max})")
+
+
+def _exists(path: Path) -> bool:
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # there, but not readable: reading it says why
+    return True
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def read_config_file(path: Path) -> dict[str, object]:
+    """The settings a file sets, each checked, and the rules between them checked with the defaults
+    for the rest; ConfigError with one line naming the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({_one_line(exc)})") from None
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        if key not in BY_KEY:
+            raise ConfigError(f"{path}: unknown key '{key}'")
+        try:
+            out[key] = BY_KEY[key].check(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    try:
+        check_rules(_defaults() | out)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return out
+
+
+class AppConfig:
+    """The settings in force: defaults, overridden by the file's values; always valid as a whole.
+
+    ``path`` None: the default profile's file, which need not exist.  With ``must_exist``
+    (``specchat --config FILE``) a missing file is an error: a typo should not silently
+    give defaults.
     """
 
     def __init__(self, path: Path | None = None, *, must_exist: bool = False) -> None:
-        self.path = path or default_config_path()
-        self.values: dict[str, object] = {s.key: s.default for s in SCHEMA}
-        if self.path.exists():
-            self.values.update(self._read(self.path))
+        self.path = Path(path) if path is not None else default_config_path()
+        self.values: dict[str, object] = _defaults()
+        if _exists(self.path):
+            self.values.update(read_config_file(self.path))
         elif must_exist:
             raise ConfigError(f"{self.path}: no such config file")
-
-    @staticmethod
-    def _read(path: Path) -> dict[str, object]:
-        try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-        out = {}
-        for key, value in doc.items():
-            if key not in BY_KEY:
-                raise ConfigError(f"{path.name}: unknown key '{key}'")
-            out[key] = BY_KEY[key].check(value)
-        return out
+        self._base = dict(self.values)  # as last read or written: save() merges the changes since
 
     @classmethod
-    def defaults(cls) -> AppConfig:
-        """The built-in defaults, whatever the user's file says (tests, parsers without a config)."""
+    def defaults(cls, path: Path | None = None) -> AppConfig:
+        """The built-in defaults, whatever the file says (tests, parsers without a config)."""
         c = cls.__new__(cls)
-        c.path = default_config_path()
-        c.values = {s.key: s.default for s in SCHEMA}
+        c.path = Path(path) if path is not None else default_config_path()
+        c.values = _defaults()
+        c._base = dict(c.values)
         return c
 
     def __getitem__(self, key: str) -> object:
         return self.values[key]
 
     def set(self, key: str, value: object) -> None:
+        """One key, checked alone (rules between keys: :meth:`replaced`, :meth:`save`)."""
+        if key not in BY_KEY:
+            raise ConfigError(f"unknown key '{key}'")
         self.values[key] = BY_KEY[key].check(value)
 
+    def replaced(self, values: Mapping[str, object]) -> AppConfig:
+        """A new config with ``values`` over these, every key and every rule checked; this one is untouched.
+
+        ConfigError (one line naming the key) for an unknown key, a bad value or a broken rule.
+        """
+        new = dict(self.values)
+        for key, value in values.items():
+            if key not in BY_KEY:
+                raise ConfigError(f"unknown key '{key}'")
+            new[key] = BY_KEY[key].check(value)
+        check_rules(new)
+        c = AppConfig.__new__(AppConfig)
+        c.path, c.values, c._base = self.path, new, dict(self._base)
+        return c
+
+    def apply(self, values: Mapping[str, object], *, save: bool = True) -> None:
+        """All of ``values`` or nothing: checked as a whole, saved (``save``), and only then in force.
+
+        On ConfigError (a bad value, a broken rule, a file that cannot be written or read
+        back) this config is exactly as it was.
+        """
+        candidate = self.replaced(values)
+        if save:
+            candidate.save()
+        self.values, self._base = candidate.values, candidate._base
+
     def save(self) -> None:
-        lines = ["# SpecChat settings; every key is optional (defaults in specchat/config.py)"]
-        for s in SCHEMA:
-            v = self.values[s.key]
-            if v == s.default:
-                continue
-            lines.append(f"{s.key} = {_toml_value(v)}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        """Write the settings that differ from the defaults, atomically, merged under a lock.
+
+        The file is read again first: keys changed here since it was read win, the others
+        keep what another process may have written meanwhile.  A file that no longer
+        parses is never overwritten (ConfigError, one line naming the file).
+        """
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT_S)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with lock:
+                on_disk = _defaults()
+                if _exists(self.path):
+                    try:
+                        on_disk.update(read_config_file(self.path))
+                    except ConfigError as exc:
+                        raise ConfigError(f"{exc}; not saved: fix the file or move it aside") from None
+                merged = on_disk | {k: v for k, v in self.values.items() if v != self._base.get(k)}
+                try:
+                    check_rules(merged)
+                except ConfigError as exc:
+                    raise ConfigError(f"{self.path}: not saved: {exc}") from None
+                write_text_atomically(self.path, _render(merged))
+        except Timeout:
+            raise ConfigError(f"{self.path}: not saved: another process holds {lock.lock_file}") from None
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+        self.values, self._base = merged, dict(merged)
 
     def model_path(self, key: str) -> Path | None:
         """``target`` or ``draft`` as a path (``~`` expanded, relative to the config file), None if unset."""
@@ -194,7 +314,8 @@ class AppConfig:
             fallback_warning_share=float(self["fallback_warning_share"]),
         )
         try:
+            check_rules(self.values)
             c.validate()
-        except ValueError as exc:
-            raise ConfigError(f"k_min/k_max: {exc}") from None
+        except (ConfigError, ValueError) as exc:
+            raise ConfigError(f"{exc}") from None
         return c
