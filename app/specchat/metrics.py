@@ -7,10 +7,15 @@ answers or runs are made by adding the counts first (pooling), never by
 averaging per-answer ratios, so the same rounds give the same figure everywhere.
 
 Every function returns None when the figure is undefined (nothing drafted, no
-decode time), which the screens show as a dash.
+decode time), which the screens show as a dash.  :class:`Counts` is the one record
+of raw counts that every layer keeps and adds up; its properties are the figures.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 def ratio(part: float, whole: float) -> float | None:
@@ -64,3 +69,152 @@ def multiplier(speculative_tok_s: float | None, plain_tok_s: float | None) -> fl
 def fallback_share(fallback_rounds: int, rounds: int) -> float | None:
     """Rounds decoded plainly because a guard rail fell back / all rounds."""
     return ratio(fallback_rounds, rounds)
+
+
+# -- the counts every figure above is made from -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The additive counts of one round, one answer or many answers.
+
+    Every field adds up across answers (``a + b``, :meth:`total`), and every figure the
+    app shows is a property computed from them with the functions above, so a total
+    over many answers is the pooled figure by construction, never a mean of ratios.
+    Engine, store, telemetry, task table and bench all keep their counts in this one
+    shape.
+    """
+
+    tokens: int = 0  # tokens emitted, the first one (from the prefill) included
+    decoded: int = 0  # tokens emitted after the first, in answers with a decode phase
+    prompt_tokens: int = 0  # prompt tokens, reused ones included
+    reused_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous turn
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    rounds_with_draft: int = 0
+    rounds_fully_accepted: int = 0
+    k_sum: int = 0  # sum of K over the rounds with a draft
+    fallback_rounds: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0  # wall time after the first token, in answers with a decode phase
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: float = 0.0
+
+    # -- building ------------------------------------------------------------------------
+
+    @classmethod
+    def of_round(cls, k: int, drafted: int, accepted: int, *, draft_s: float = 0.0, verify_s: float = 0.0,
+                 overhead_s: float = 0.0, fallback: bool = False) -> Counts:
+        """One round's counts.  ``k`` counts only when something was drafted; tokens are not
+        counted here (the answer counts them once, see :meth:`of_answer`)."""
+        return cls(
+            drafted=drafted, accepted=accepted, rounds=1, rounds_with_draft=int(drafted > 0),
+            rounds_fully_accepted=int(drafted > 0 and accepted == drafted), k_sum=k if drafted > 0 else 0,
+            fallback_rounds=int(fallback), draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s,
+        )
+
+    @classmethod
+    def of_answer(cls, tokens: int, decode_s: float, *, prompt_tokens: int = 0, reused_tokens: int = 0,
+                  prefill_s: float = 0.0) -> Counts:
+        """An answer's own counts (add its rounds' counts to them).
+
+        An answer without a decode phase (fewer than two tokens, or no decode time) adds
+        neither decoded tokens nor decode time, so it cannot bend a pooled decode rate.
+        """
+        decoded = decoded_tokens(tokens)
+        has_decode = decoded > 0 and decode_s > 0
+        return cls(tokens=tokens, decoded=decoded if has_decode else 0, decode_s=decode_s if has_decode else 0.0,
+                   prompt_tokens=prompt_tokens, reused_tokens=reused_tokens, prefill_s=prefill_s)
+
+    def __add__(self, other: object) -> Counts:
+        if not isinstance(other, Counts):
+            return NotImplemented
+        return Counts(*(getattr(self, f) + getattr(other, f) for f in COUNT_FIELDS))
+
+    def __radd__(self, other: object) -> Counts:
+        if other == 0:  # so that the builtin sum() works without a start value
+            return self
+        return NotImplemented
+
+    @classmethod
+    def total(cls, items: Iterable[Counts]) -> Counts:
+        """The pooled counts of many rounds, answers or runs."""
+        out: list[Any] = [kind() for kind in _FIELD_KINDS.values()]  # 0 and 0.0
+        for c in items:
+            for i, name in enumerate(COUNT_FIELDS):
+                out[i] += getattr(c, name)
+        return cls(*out)
+
+    # -- JSON ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, int | float]:
+        return {name: getattr(self, name) for name in COUNT_FIELDS}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Counts:
+        """Lenient: a missing key (a document from an older version) is 0, an unknown one
+        (from a newer version) is ignored; a value of the wrong kind raises ValueError."""
+        values: dict[str, Any] = {}
+        for name, kind in _FIELD_KINDS.items():
+            raw = doc.get(name)
+            if raw is None:
+                continue
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                raise ValueError(f"count {name!r} must be a number, got {raw!r}")
+            values[name] = kind(raw)
+        return cls(**values)
+
+    # -- the figures (DESIGN.md, "Metrics"); None where undefined ----------------------------
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        return decode_tok_s(self.decoded, self.decode_s)
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        """Prompt tokens the prefill evaluated (reused ones cost nothing) / prefill time."""
+        return prefill_tok_s(self.prompt_tokens - self.reused_tokens, self.prefill_s)
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return token_acceptance(self.accepted, self.drafted)
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return sequence_acceptance(self.rounds_fully_accepted, self.rounds_with_draft)
+
+    @property
+    def mean_k(self) -> float | None:
+        return mean_k(self.k_sum, self.rounds_with_draft)
+
+    @property
+    def mean_accepted(self) -> float | None:
+        return mean_accepted(self.accepted, self.rounds_with_draft)
+
+    @property
+    def fallback_share(self) -> float | None:
+        return fallback_share(self.fallback_rounds, self.rounds)
+
+    @property
+    def rejections(self) -> int:
+        """Rounds with a draft that the target cut short (a round stops at its first rejection)."""
+        return self.rounds_with_draft - self.rounds_fully_accepted
+
+    @property
+    def rounds_s(self) -> float:
+        """Wall time of the rounds: draft + verify + overhead."""
+        return self.draft_s + self.verify_s + self.overhead_s
+
+
+COUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
+_FIELD_KINDS: dict[str, type] = {f.name: float if f.type == "float" else int for f in fields(Counts)}
+
+
+def counted(name: str) -> property:
+    """A read-only attribute that reads ``self.counts.<name>``: records that embed a
+    :class:`Counts` keep the flat names their readers use."""
+    if name not in COUNT_FIELDS:
+        raise ValueError(f"no count named {name!r}")
+    return property(lambda self: getattr(self.counts, name), doc=f"``counts.{name}``")

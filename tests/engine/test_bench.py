@@ -1,19 +1,28 @@
 """The benchmark table: totals over runs pool the counts, as every other screen does."""
 
+import json
+
+import pytest
+
 from specchat import metrics
 from specchat.engine import Mode
 from specchat.engine.bench import BenchRun, summarize
+from specchat.metrics import Counts
+
+# DESIGN.md, "Command line contract": scripts read these keys of every run
+CONTRACT_KEYS = {"mode", "task", "prompt_id", "tokens", "token_ids", "output", "decode_tok_s", "prefill_tok_s",
+                 "drafted", "accepted", "token_acceptance", "sequence_acceptance", "rounds", "decode_s", "draft_s",
+                 "verify_s", "overhead_s"}
 
 
-def run(mode: str, prompt: str, *, tokens: int, decode_s: float, drafted=0, accepted=0, rwd=0, rfa=0, k_sum=0):
-    return BenchRun(
-        mode=mode, task="code", prompt_id=prompt, repeat=0, tokens=tokens, token_ids=[], output="",
-        decode_tok_s=(tokens - 1) / decode_s, prefill_tok_s=100.0, drafted=drafted, accepted=accepted,
-        token_acceptance=metrics.token_acceptance(accepted, drafted),
-        sequence_acceptance=metrics.sequence_acceptance(rfa, rwd), rounds=max(rwd, 1), decode_s=decode_s,
-        draft_s=0.0, verify_s=decode_s, overhead_s=0.1 * decode_s, mean_k=metrics.mean_k(k_sum, rwd) or 0.0,
-        stop_reason="length", fallbacks=[], rounds_with_draft=rwd, rounds_fully_accepted=rfa, k_sum=k_sum,
-    )
+def run(mode: str, prompt: str, *, tokens: int, decode_s: float, drafted=0, accepted=0, rwd=0, rfa=0, k_sum=0,
+        prompt_tokens=100, prefill_s=1.0):
+    counts = Counts(tokens=tokens, decoded=tokens - 1, prompt_tokens=prompt_tokens, drafted=drafted,
+                    accepted=accepted, rounds=max(rwd, 1), rounds_with_draft=rwd, rounds_fully_accepted=rfa,
+                    k_sum=k_sum, prefill_s=prefill_s, decode_s=decode_s, verify_s=decode_s,
+                    overhead_s=0.1 * decode_s)
+    return BenchRun(mode=mode, task="code", prompt_id=prompt, repeat=0, token_ids=list(range(tokens)),
+                    output="x" * tokens, stop_reason="max_tokens", fallbacks=[], counts=counts)
 
 
 def test_totals_over_prompts_pool_the_counts_instead_of_averaging_ratios():
@@ -23,7 +32,8 @@ def test_totals_over_prompts_pool_the_counts_instead_of_averaging_ratios():
         # a short answer: its one round was fully accepted (100%)
         run("draft", "a", tokens=11, decode_s=0.5, drafted=4, accepted=4, rwd=1, rfa=1, k_sum=4),
         # a long one: none of its 9 rounds was (0%); the pooled figure is 1 of 10 rounds, not 50%
-        run("draft", "b", tokens=91, decode_s=6.0, drafted=36, accepted=12, rwd=9, rfa=0, k_sum=36),
+        run("draft", "b", tokens=91, decode_s=6.0, drafted=36, accepted=12, rwd=9, rfa=0, k_sum=36,
+            prompt_tokens=300, prefill_s=1.0),
     ]
     rows = {(r.task, r.mode): r for r in summarize(runs, [Mode.BASELINE, Mode.DRAFT])}
     total = rows[("all", "draft")]
@@ -32,7 +42,24 @@ def test_totals_over_prompts_pool_the_counts_instead_of_averaging_ratios():
     assert total.mean_k == 4.0
     assert total.decode_tok_s == (10 + 90) / 6.5
     assert total.multiplier == (100 / 6.5) / (100 / 10.0)
+    assert total.prefill_tok_s == (100 + 300) / 2.0  # pooled too: not the median of 100 and 300 tok/s
+    assert total.overhead_share == pytest.approx(0.1)  # pooled overhead / pooled decode time
     assert rows[("all", "baseline")].token_acceptance is None  # nothing drafted: a dash, not 0%
+
+
+def test_a_run_keeps_every_key_of_the_json_contract_and_reads_back():
+    r = run("draft", "a", tokens=11, decode_s=0.5, drafted=4, accepted=3, rwd=1, rfa=0, k_sum=4)
+    doc = json.loads(json.dumps(r.to_json()))
+    assert doc.keys() >= CONTRACT_KEYS
+    assert doc["decode_tok_s"] == 20.0 and doc["token_acceptance"] == 0.75 and doc["sequence_acceptance"] == 0.0
+    assert doc["tokens"] == 11 and doc["token_ids"] == list(range(11)) and doc["mean_k"] == 4.0
+    assert BenchRun.from_json(doc) == r
+
+
+def test_a_run_from_an_older_file_gets_its_decoded_tokens_from_its_tokens():
+    old = run("baseline", "a", tokens=11, decode_s=2.0).to_json()
+    del old["decoded"], old["prefill_s"], old["prompt_tokens"], old["reused_tokens"], old["fallback_rounds"]
+    assert BenchRun.from_json(old).decode_tok_s == 5.0
 
 
 def test_decode_speed_leaves_out_the_first_token_and_is_undefined_without_decoding():

@@ -4,7 +4,8 @@ import pytest
 
 from specchat.engine.controller import CostModel, DraftController, Plan, expected_tokens
 from specchat.engine.events import RoundStats
-from specchat.engine.settings import ControllerSettings, Mode
+from specchat.engine.settings import ControllerSettings, Drafter, Mode
+from specchat.metrics import Counts
 
 # measured on the 2-core reference machine (Qwen2.5-Coder 1.5B target, 0.5B draft)
 CPU = {1: 0.072, 2: 0.125, 3: 0.167, 5: 0.232, 9: 0.404}
@@ -18,8 +19,8 @@ def controller(verify, draft, **settings) -> DraftController:
     return DraftController(ControllerSettings(**settings), CostModel(verify, {"model": draft, "lookup": 0.0}))
 
 
-def round_stats(drafter, k, drafted, accepted, verify=0.02, draft=0.0):
-    return RoundStats(0, drafter, k, drafted, accepted, accepted + 1, draft, verify, 0.0001)
+def round_stats(drafter, k, drafted, accepted, verify=0.02, draft=0.0, fallback=False):
+    return RoundStats(0, drafter, k, drafted, accepted, accepted + 1, draft, verify, 0.0001, fallback=fallback)
 
 
 def test_expected_tokens_per_round():
@@ -86,7 +87,7 @@ def test_frequent_fallback_raises_one_warning():
     warnings = []
     for _ in range(60):
         plan = c.plan(Mode.DRAFT, {"model": 8})
-        evs = c.observe(Mode.DRAFT, plan, round_stats(plan.drafter, plan.k, plan.k, 0))
+        evs = c.observe(Mode.DRAFT, plan, round_stats(plan.drafter, plan.k, plan.k, 0, fallback=plan.fallback))
         warnings += [e for e in evs if e.warning]
     assert len(warnings) == 1
     assert "try a shorter draft" in warnings[0].reason
@@ -104,11 +105,11 @@ def test_lookup_is_only_used_when_it_has_a_proposal_and_pays():
     # cheap drafter, verification sub-linear on this CPU: high acceptance pays
     assert c.viable("lookup")
     for _ in range(16):
-        c.windows["lookup"].add(4, 4)
+        c.windows[Drafter.LOOKUP].add(Counts.of_round(4, 4, 4))
     assert c.plan(Mode.AUTO, {"lookup": 4}).drafter == "lookup"
-    c.windows["lookup"].clear()
+    c.windows[Drafter.LOOKUP].clear()
     for _ in range(16):
-        c.windows["lookup"].add(4, 0)
+        c.windows[Drafter.LOOKUP].add(Counts.of_round(4, 4, 0))
     assert c.plan(Mode.AUTO, {"lookup": 4}) == Plan("none", 0)
 
 
@@ -118,3 +119,24 @@ def test_costs_follow_measurements():
     for _ in range(50):
         costs.observe_verify(5, 0.03)
     assert costs.verify(5) == pytest.approx(0.03, rel=1e-3)
+
+
+def test_plans_and_rounds_name_their_drafter_with_the_enum():
+    c = controller(GPU, GPU_DRAFT)
+    plan = c.plan(Mode.DRAFT, {"model": 8})  # a caller's plain string still works
+    assert plan.drafter is Drafter.MODEL
+    assert round_stats("lookup", 2, 2, 1).drafter is Drafter.LOOKUP
+    with pytest.raises(ValueError):
+        Plan("turbo", 1)
+
+
+def test_the_acceptance_window_pools_its_rounds():
+    c = controller(GPU, GPU_DRAFT, window_rounds=4)
+    window = c.windows[Drafter.MODEL]
+    window.add(Counts.of_round(8, 8, 8))  # one long draft, all accepted
+    for _ in range(3):
+        window.add(Counts.of_round(2, 2, 0))  # three short ones, all rejected
+    assert window.token_acceptance() == 8 / 14  # pooled tokens, not the mean of 100%, 0%, 0%, 0%
+    assert window.sequence_acceptance() == 1 / 4
+    window.add(Counts.of_round(2, 2, 2))  # the long one leaves the window
+    assert window.totals().drafted == 8 and window.sequence_acceptance() == 1 / 4

@@ -21,6 +21,7 @@ from specchat.engine.events import (
     TokenOrigin,
     TokensEmitted,
 )
+from specchat.metrics import Counts
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,7 @@ def answer_events(rounds: Sequence[R], *, mode: str = "draft", notes: Sequence[F
     token = iter(range(1000, 10**6))
     events.append(TokensEmitted((next(token),), (TokenOrigin.TARGET,), "a"))
     tokens = 1
-    decode_s = 0.0
-    drafted = accepted = with_draft = full = k_sum = fallback_rounds = 0
-    draft_s = verify_s = overhead_s = 0.0
+    rounds_counts = Counts()
     fallbacks = [n.reason for n in notes]
     for i, r in enumerate(rounds):
         emitted = r.accepted + 1
@@ -60,22 +59,11 @@ def answer_events(rounds: Sequence[R], *, mode: str = "draft", notes: Sequence[F
         events.extend(r.fallback_after)
         fallbacks.extend(f.reason for f in r.fallback_after)
         tokens += emitted
-        decode_s += rs.wall_s
-        draft_s, verify_s, overhead_s = draft_s + r.draft_s, verify_s + r.verify_s, overhead_s + r.overhead_s
-        fallback_rounds += r.plain_by_fallback
-        if r.drafted:
-            with_draft += 1
-            drafted += r.drafted
-            accepted += r.accepted
-            full += r.accepted == r.drafted
-            k_sum += r.k
-    stats = GenerationStats(
-        mode=mode, prompt_tokens=prompt_tokens, tokens=tokens, prefill_s=prefill_s,
-        decode_s=decode_s * 1.01,  # the engine's clock also runs while the generator is suspended
-        drafted=drafted, accepted=accepted, rounds=len(rounds), rounds_with_draft=with_draft,
-        rounds_fully_accepted=full, draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, k_sum=k_sum,
-        fallback_rounds=fallback_rounds, fallbacks=tuple(fallbacks),
-    )
+        rounds_counts += rs.counts
+    # the engine's clock also runs while the generator is suspended: a little more than the rounds' time
+    answer = Counts.of_answer(tokens, rounds_counts.rounds_s * 1.01, prompt_tokens=prompt_tokens,
+                              prefill_s=prefill_s)
+    stats = GenerationStats(mode, rounds_counts + answer, tuple(fallbacks))
     events.append(Done(StopReason.MAX_TOKENS, stats))
     return events
 

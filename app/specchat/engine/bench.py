@@ -8,12 +8,12 @@ repeats counts.  Multipliers are ratios of rates measured in the same run.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from specchat import metrics
+from specchat.metrics import Counts, counted
 
 from .events import Done, Error, Fallback, TokensEmitted
 from .pair import SpeculativePair
@@ -23,34 +23,72 @@ from .suite import BenchPrompt
 
 @dataclass(frozen=True, slots=True)
 class BenchRun:
+    """One generation of the benchmark: what it wrote and its counts (the figures are read from them)."""
+
     mode: str
     task: str
     prompt_id: str
     repeat: int
-    tokens: int
     token_ids: list[int]
     output: str
-    decode_tok_s: float
-    prefill_tok_s: float
-    drafted: int
-    accepted: int
-    token_acceptance: float | None
-    sequence_acceptance: float | None
-    rounds: int
-    decode_s: float
-    draft_s: float
-    verify_s: float
-    overhead_s: float
-    mean_k: float
     stop_reason: str
     fallbacks: list[str]
-    # raw counts, so totals over runs are pooled (specchat.metrics), not averages of ratios
-    rounds_with_draft: int = 0
-    rounds_fully_accepted: int = 0
-    k_sum: int = 0
+    counts: Counts = Counts()
+
+    tokens = counted("tokens")
+    drafted = counted("drafted")
+    accepted = counted("accepted")
+    rounds = counted("rounds")
+    rounds_with_draft = counted("rounds_with_draft")
+    rounds_fully_accepted = counted("rounds_fully_accepted")
+    k_sum = counted("k_sum")
+    decode_s = counted("decode_s")
+    draft_s = counted("draft_s")
+    verify_s = counted("verify_s")
+    overhead_s = counted("overhead_s")
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.counts.decode_tok_s or 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.counts.prefill_tok_s or 0.0
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return self.counts.token_acceptance
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return self.counts.sequence_acceptance
+
+    @property
+    def mean_k(self) -> float:
+        return self.counts.mean_k or 0.0
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The per-run keys of the command line contract (DESIGN.md), then every raw count."""
+        return {
+            "mode": self.mode, "task": self.task, "prompt_id": self.prompt_id, "repeat": self.repeat,
+            "tokens": self.tokens, "token_ids": list(self.token_ids), "output": self.output,
+            "decode_tok_s": self.decode_tok_s, "prefill_tok_s": self.prefill_tok_s, "drafted": self.drafted,
+            "accepted": self.accepted, "token_acceptance": self.token_acceptance,
+            "sequence_acceptance": self.sequence_acceptance, "rounds": self.rounds, "decode_s": self.decode_s,
+            "draft_s": self.draft_s, "verify_s": self.verify_s, "overhead_s": self.overhead_s,
+            "mean_k": self.mean_k, "stop_reason": self.stop_reason, "fallbacks": list(self.fallbacks),
+            **self.counts.to_dict(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> BenchRun:
+        """Read a run back; a file from before the counts were complete gets ``decoded`` from ``tokens``."""
+        counts = Counts.from_dict(doc)
+        if "decoded" not in doc:
+            counts = replace(counts, decoded=metrics.decoded_tokens(counts.tokens) if counts.decode_s > 0 else 0)
+        return cls(mode=doc["mode"], task=doc["task"], prompt_id=doc["prompt_id"], repeat=int(doc.get("repeat", 0)),
+                   token_ids=list(doc.get("token_ids", [])), output=doc.get("output", ""),
+                   stop_reason=doc.get("stop_reason", ""), fallbacks=list(doc.get("fallbacks", [])), counts=counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +126,9 @@ def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int,
         elif isinstance(ev, Done):
             done = ev
     assert done is not None
-    s = done.stats
-    return BenchRun(
-        mode=mode.value, task=prompt.task, prompt_id=prompt.id, repeat=repeat, tokens=s.tokens, token_ids=ids,
-        output="".join(text), decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s, drafted=s.drafted,
-        accepted=s.accepted, token_acceptance=s.token_acceptance, sequence_acceptance=s.sequence_acceptance,
-        rounds=s.rounds, decode_s=s.decode_s, draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s,
-        mean_k=s.mean_k, stop_reason=done.stop_reason.value, fallbacks=fallbacks,
-        rounds_with_draft=s.rounds_with_draft, rounds_fully_accepted=s.rounds_fully_accepted, k_sum=s.k_sum,
-    )
+    return BenchRun(mode=mode.value, task=prompt.task, prompt_id=prompt.id, repeat=repeat, token_ids=ids,
+                    output="".join(text), stop_reason=done.stop_reason.value, fallbacks=fallbacks,
+                    counts=done.stats.counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,34 +178,25 @@ def median_runs(runs: Sequence[BenchRun]) -> list[BenchRun]:
     return out
 
 
-def _rate(runs: Sequence[BenchRun]) -> float:
-    return metrics.decode_tok_s(sum(metrics.decoded_tokens(r.tokens) for r in runs),
-                                sum(r.decode_s for r in runs)) or 0.0
-
-
 def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode]) -> list[BenchRow]:
+    """Per task and mode (and "all"), the median runs' counts pooled: the figures of the sums."""
     med = median_runs(runs)
     tasks = list(dict.fromkeys(r.task for r in med)) + ["all"]
     rows = []
     for task in tasks:
         base_runs = [r for r in med if r.mode == Mode.BASELINE.value and task in ("all", r.task)]
-        base = _rate(base_runs) if base_runs else None
+        base = Counts.total(r.counts for r in base_runs).decode_tok_s if base_runs else None
         for mode in modes:
             sel = [r for r in med if r.mode == mode.value and task in ("all", r.task)]
             if not sel:
                 continue
-            rate = _rate(sel)
-            with_draft = sum(r.rounds_with_draft for r in sel)
-            prefill = [r.prefill_tok_s for r in sel if r.prefill_tok_s > 0]
+            total = Counts.total(r.counts for r in sel)
             rows.append(BenchRow(
-                task=task, mode=mode.value, decode_tok_s=rate,
-                multiplier=metrics.multiplier(rate, base),
-                token_acceptance=metrics.token_acceptance(sum(r.accepted for r in sel), sum(r.drafted for r in sel)),
-                sequence_acceptance=metrics.sequence_acceptance(sum(r.rounds_fully_accepted for r in sel), with_draft),
-                prefill_tok_s=statistics.median(prefill) if prefill else 0.0,
-                mean_k=metrics.mean_k(sum(r.k_sum for r in sel), with_draft) or 0.0,
-                overhead_share=metrics.ratio(sum(r.overhead_s for r in sel), sum(r.decode_s for r in sel)) or 0.0,
-                tokens=sum(r.tokens for r in sel),
+                task=task, mode=mode.value, decode_tok_s=total.decode_tok_s or 0.0,
+                multiplier=metrics.multiplier(total.decode_tok_s, base),
+                token_acceptance=total.token_acceptance, sequence_acceptance=total.sequence_acceptance,
+                prefill_tok_s=total.prefill_tok_s or 0.0, mean_k=total.mean_k or 0.0,
+                overhead_share=metrics.ratio(total.overhead_s, total.decode_s) or 0.0, tokens=total.tokens,
             ))
     return rows
 

@@ -17,20 +17,23 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from specchat import metrics
+from specchat.metrics import Counts
 
 from .events import Fallback, RoundStats
-from .settings import ControllerSettings, Mode
+from .settings import ControllerSettings, Drafter, Mode
 
 EMA = 0.2  # weight of a new cost measurement
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    drafter: str  # "none", "model" or "lookup"
+    drafter: Drafter
     k: int
     fallback: bool = False  # plain because a guard rail tripped
     probe: bool = False  # an exploration round
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drafter", Drafter(self.drafter))  # "model" from a caller becomes the enum
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -97,16 +100,19 @@ class AcceptanceWindow:
     """Per-drafter acceptance over the last rounds that had a draft."""
 
     def __init__(self, rounds: int) -> None:
-        self.rounds: deque[tuple[int, int]] = deque(maxlen=rounds)  # (drafted, accepted)
+        self.rounds: deque[Counts] = deque(maxlen=rounds)  # one round's counts each
 
-    def add(self, drafted: int, accepted: int) -> None:
-        self.rounds.append((drafted, accepted))
+    def add(self, counts: Counts) -> None:
+        self.rounds.append(counts)
+
+    def totals(self) -> Counts:
+        return Counts.total(self.rounds)
 
     def token_acceptance(self) -> float | None:
-        return metrics.token_acceptance(sum(a for _, a in self.rounds), sum(d for d, _ in self.rounds))
+        return self.totals().token_acceptance
 
     def sequence_acceptance(self) -> float | None:
-        return metrics.sequence_acceptance(sum(a == d for d, a in self.rounds), len(self.rounds))
+        return self.totals().sequence_acceptance
 
     def per_token_rate(self, prior: float = 0.5, weight: float = 2.0) -> float:
         """Estimate of the chance that the next drafted token is accepted.
@@ -116,9 +122,8 @@ class AcceptanceWindow:
         Once it has data, ``auto`` uses a pessimistic prior (0): it speculates on
         evidence, not hope.
         """
-        accepted = sum(a for _, a in self.rounds)
-        rejections = sum(1 for d, a in self.rounds if a < d)
-        return (accepted + prior * weight) / (accepted + rejections + weight)
+        t = self.totals()
+        return (t.accepted + prior * weight) / (t.accepted + t.rejections + weight)
 
     def full(self) -> bool:
         return len(self.rounds) == self.rounds.maxlen
@@ -137,48 +142,46 @@ class DraftController:
     def __init__(self, settings: ControllerSettings, costs: CostModel) -> None:
         self.settings = settings
         self.costs = costs
-        self.windows = {
-            name: AcceptanceWindow(settings.window_rounds) for name in ("model", "lookup")
-        }
-        self._cooldown: dict[str, int] = {}  # drafter -> plain tokens left
-        self._since_probe: dict[str, int] = {"model": 0, "lookup": 0}
-        self.rounds = 0
-        self.fallback_rounds = 0
+        self.windows = {name: AcceptanceWindow(settings.window_rounds) for name in (Drafter.MODEL, Drafter.LOOKUP)}
+        self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
+        self._since_probe: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
+        self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
 
     # -- planning ---------------------------------------------------------------
 
-    def viable(self, drafter: str) -> bool:
+    def viable(self, drafter: Drafter) -> bool:
         """Could this drafter beat plain decoding here even if every token were accepted?"""
-        plain = self.costs.rate("none", 0, 0.0)
+        plain = self.costs.rate(Drafter.NONE, 0, 0.0)
         _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
         return best > plain * self.settings.min_gain
 
-    def best_case_multiplier(self, drafter: str) -> float:
-        plain = self.costs.rate("none", 0, 0.0)
+    def best_case_multiplier(self, drafter: Drafter) -> float:
+        plain = self.costs.rate(Drafter.NONE, 0, 0.0)
         _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
         return best / plain
 
-    def plan(self, mode: Mode, available: dict[str, int]) -> Plan:
+    def plan(self, mode: Mode, available: dict[Drafter, int]) -> Plan:
         """Pick the next round.  ``available`` maps a usable drafter to its K ceiling."""
         s = self.settings
         if mode is Mode.BASELINE or not available:
-            return Plan("none", 0)
+            return Plan(Drafter.NONE, 0)
         if mode is not Mode.AUTO:
-            name = "model" if mode is Mode.DRAFT else "lookup"
+            name = Drafter.MODEL if mode is Mode.DRAFT else Drafter.LOOKUP
             if name not in available:
-                return Plan("none", 0)
+                return Plan(Drafter.NONE, 0)
             if self._cooldown.get(name, 0) > 0:
-                return Plan("none", 0, fallback=True)
+                return Plan(Drafter.NONE, 0, fallback=True)
             a = self.windows[name].per_token_rate()
             k_hi = min(s.k_max, available[name])
             k, _ = self.costs.best_k(name, a, min(s.k_min, k_hi), k_hi)
             return Plan(name, k)
         # auto: every usable drafter and K = 0 compete on expected speed
-        best = Plan("none", 0)
-        best_rate = self.costs.rate("none", 0, 0.0) * s.min_gain
+        best = Plan(Drafter.NONE, 0)
+        best_rate = self.costs.rate(Drafter.NONE, 0, 0.0) * s.min_gain
         probe: Plan | None = None
-        for name, ceiling in available.items():
+        for key, ceiling in available.items():
+            name = Drafter(key)
             k_hi = min(s.k_max, ceiling)
             if k_hi < 1 or not self.viable(name):
                 continue
@@ -192,19 +195,19 @@ class DraftController:
                 best, best_rate = Plan(name, k), rate
             elif self._since_probe[name] >= self._probe_interval(name):
                 probe = Plan(name, 1, probe=True)
-        if best.drafter == "none" and probe is not None:
+        if best.drafter is Drafter.NONE and probe is not None:
             return probe
         return best
 
-    def _probe_interval(self, drafter: str) -> int:
+    def _probe_interval(self, drafter: Drafter) -> int:
         """Tokens between exploration rounds of a drafter auto is not using.
 
         A probe of the draft model first catches the draft up on every token it
         missed, so it is only worth it where the best case is a clear win.
         """
         interval = self.settings.probe_interval_tokens
-        if drafter == "model":
-            return interval * 4 if self.best_case_multiplier("model") >= 1.2 else 1 << 30
+        if drafter is Drafter.MODEL:
+            return interval * 4 if self.best_case_multiplier(Drafter.MODEL) >= 1.2 else 1 << 30
         return interval
 
     # -- learning ---------------------------------------------------------------
@@ -212,7 +215,7 @@ class DraftController:
     def observe(self, mode: Mode, plan: Plan, r: RoundStats) -> list[Fallback]:
         """Learn from a finished round; return the fallback events it caused."""
         s = self.settings
-        self.rounds += 1
+        self.answer += r.counts
         self.costs.observe_verify(r.drafted + 1, r.verify_s)
         self.costs.observe_overhead(r.overhead_s)
         events: list[Fallback] = []
@@ -226,13 +229,11 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
-        if plan.fallback:
-            self.fallback_rounds += 1
         if r.drafted and plan.drafter in self.windows:
             if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
                 self.costs.observe_draft(plan.drafter, r.draft_s / r.drafted)
             w = self.windows[plan.drafter]
-            w.add(r.drafted, r.accepted)
+            w.add(r.counts)
             if w.full():
                 ta, sa = w.token_acceptance(), w.sequence_acceptance()
                 reason = None
@@ -248,8 +249,8 @@ class DraftController:
                             f"plain decoding for {s.cooldown_tokens} tokens"
                         )
                     )
-        share = metrics.fallback_share(self.fallback_rounds, self.rounds) or 0.0
-        if not self._warned and self.rounds >= 2 * s.window_rounds and share > s.fallback_warning_share:
+        share = self.answer.fallback_share or 0.0
+        if not self._warned and self.answer.rounds >= 2 * s.window_rounds and share > s.fallback_warning_share:
             self._warned = True
             events.append(
                 Fallback(
@@ -263,6 +264,5 @@ class DraftController:
 
     def start_answer(self) -> None:
         """Counters for the fallback-share warning are per answer."""
-        self.rounds = 0
-        self.fallback_rounds = 0
+        self.answer = Counts()
         self._warned = False

@@ -18,10 +18,11 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from .runtime import LoadedModel
 from .sampling import greedy_choice
+from .settings import Drafter
 
 
 class ModelDrafter:
-    name = "model"
+    name = Drafter.MODEL
 
     def __init__(self, model: LoadedModel, target_n_vocab: int, p_min: float) -> None:
         self.model = model
@@ -58,7 +59,7 @@ class ModelDrafter:
 
 
 class PromptLookupDrafter:
-    name = "lookup"
+    name = Drafter.LOOKUP
 
     def __init__(self, max_ngram: int, k_max: int) -> None:
         self._lookup = LlamaPromptLookupDecoding(max_ngram_size=max_ngram, num_pred_tokens=k_max)

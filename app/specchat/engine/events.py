@@ -7,10 +7,12 @@ threads without copying.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
-from specchat import metrics
+from specchat.metrics import Counts, counted
+
+from .settings import Drafter
 
 
 class TokenOrigin(StrEnum):
@@ -57,7 +59,7 @@ class RoundStats:
     """One speculative round (or one plain step, with drafted == 0)."""
 
     index: int
-    drafter: str  # "none", "model", "lookup"
+    drafter: Drafter
     k: int  # draft length asked for this round
     drafted: int  # tokens the drafter actually proposed
     accepted: int  # drafted tokens the target accepted
@@ -68,9 +70,18 @@ class RoundStats:
     catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
     fallback: bool = False  # plain because a guard rail tripped (not by choice of the cost model)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drafter", Drafter(self.drafter))  # a plain "model" becomes the enum
+
     @property
     def wall_s(self) -> float:
         return self.draft_s + self.verify_s + self.overhead_s
+
+    @property
+    def counts(self) -> Counts:
+        """This round's contribution to its answer's totals."""
+        return Counts.of_round(self.k, self.drafted, self.accepted, draft_s=self.draft_s, verify_s=self.verify_s,
+                               overhead_s=self.overhead_s, fallback=self.fallback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,53 +109,64 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class GenerationStats:
-    """Totals of one answer, with DESIGN.md's metric definitions."""
+    """Totals of one answer: its :class:`~specchat.metrics.Counts`, the mode it ran in and
+    the fallbacks it declared.  The flat names (``tokens``, ``token_acceptance`` ...) read
+    the counts, so every figure comes from :mod:`specchat.metrics`."""
 
     mode: str
-    prompt_tokens: int
-    tokens: int
-    prefill_s: float
-    decode_s: float  # wall time after the first emitted token
-    drafted: int
-    accepted: int
-    rounds: int
-    rounds_with_draft: int
-    rounds_fully_accepted: int
-    draft_s: float
-    verify_s: float
-    overhead_s: float
-    k_sum: int  # sum of K over rounds with a draft (for mean K)
-    fallback_rounds: int = 0
-    fallbacks: tuple[str, ...] = field(default_factory=tuple)
+    counts: Counts = Counts()
+    fallbacks: tuple[str, ...] = ()
 
-    # the definitions live in specchat.metrics; these are one answer's figures
+    @classmethod
+    def empty(cls, mode: str = "") -> GenerationStats:
+        """Nothing counted (an answer that failed before its first token)."""
+        return cls(str(mode))
+
+    tokens = counted("tokens")
+    decoded = counted("decoded")
+    prompt_tokens = counted("prompt_tokens")
+    reused_tokens = counted("reused_tokens")
+    drafted = counted("drafted")
+    accepted = counted("accepted")
+    rounds = counted("rounds")
+    rounds_with_draft = counted("rounds_with_draft")
+    rounds_fully_accepted = counted("rounds_fully_accepted")
+    k_sum = counted("k_sum")
+    fallback_rounds = counted("fallback_rounds")
+    prefill_s = counted("prefill_s")
+    decode_s = counted("decode_s")
+    draft_s = counted("draft_s")
+    verify_s = counted("verify_s")
+    overhead_s = counted("overhead_s")
+
+    # one answer's figures; 0.0 rather than None where a screen prints a number either way
     @property
     def decode_tok_s(self) -> float:
-        return metrics.decode_tok_s(metrics.decoded_tokens(self.tokens), self.decode_s) or 0.0
+        return self.counts.decode_tok_s or 0.0
 
     @property
     def prefill_tok_s(self) -> float:
-        return metrics.prefill_tok_s(self.prompt_tokens, self.prefill_s) or 0.0
+        return self.counts.prefill_tok_s or 0.0
 
     @property
     def token_acceptance(self) -> float | None:
-        return metrics.token_acceptance(self.accepted, self.drafted)
+        return self.counts.token_acceptance
 
     @property
     def sequence_acceptance(self) -> float | None:
-        return metrics.sequence_acceptance(self.rounds_fully_accepted, self.rounds_with_draft)
+        return self.counts.sequence_acceptance
 
     @property
     def mean_k(self) -> float:
-        return metrics.mean_k(self.k_sum, self.rounds_with_draft) or 0.0
+        return self.counts.mean_k or 0.0
 
     @property
     def mean_accepted(self) -> float:
-        return metrics.mean_accepted(self.accepted, self.rounds_with_draft) or 0.0
+        return self.counts.mean_accepted or 0.0
 
     @property
     def fallback_share(self) -> float:
-        return metrics.fallback_share(self.fallback_rounds, self.rounds) or 0.0
+        return self.counts.fallback_share or 0.0
 
     def summary(self) -> str:
         """The one-line footer: '41.0 tok/s · 212 tokens · 78% draft accepted · mean K 3.1'."""

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from specchat.metrics import Counts
+
 from .events import (
     Done,
     Error,
@@ -29,7 +31,7 @@ from .events import (
 )
 from .runtime import LlamaError
 from .sampling import TargetSampler
-from .settings import Mode, SamplingSettings
+from .settings import Drafter, Mode, SamplingSettings
 from .verify import accepted_count, sample_and_match
 
 if TYPE_CHECKING:
@@ -70,30 +72,6 @@ class TextStream:
         return out
 
 
-class _Totals:
-    __slots__ = ("drafted", "accepted", "rounds", "with_draft", "full", "draft_s", "verify_s", "overhead_s",
-                 "k_sum", "fallback_rounds", "fallbacks")
-
-    def __init__(self) -> None:
-        self.drafted = self.accepted = self.rounds = self.with_draft = self.full = self.k_sum = 0
-        self.fallback_rounds = 0
-        self.draft_s = self.verify_s = self.overhead_s = 0.0
-        self.fallbacks: list[str] = []
-
-    def add(self, r: RoundStats) -> None:
-        self.rounds += 1
-        self.draft_s += r.draft_s
-        self.verify_s += r.verify_s
-        self.overhead_s += r.overhead_s
-        self.fallback_rounds += r.fallback
-        if r.drafted:
-            self.with_draft += 1
-            self.drafted += r.drafted
-            self.accepted += r.accepted
-            self.full += r.accepted == r.drafted
-            self.k_sum += r.k
-
-
 def generate(
     pair: SpeculativePair,
     prompt: list[int],
@@ -108,20 +86,18 @@ def generate(
     controller = pair.controller
     cs = controller.settings
     mode = Mode(mode)
-    totals = _Totals()
+    rounds = Counts()  # the rounds' counts, added up as they finish
+    fallbacks: list[str] = []
     stream = TextStream(stop)
     n_generated = 0
 
     def stats(decode_s: float) -> GenerationStats:
-        return GenerationStats(
-            mode=mode.value, prompt_tokens=len(prompt), tokens=n_generated, prefill_s=prefill_s,
-            decode_s=decode_s, drafted=totals.drafted, accepted=totals.accepted, rounds=totals.rounds,
-            rounds_with_draft=totals.with_draft, rounds_fully_accepted=totals.full, draft_s=totals.draft_s,
-            verify_s=totals.verify_s, overhead_s=totals.overhead_s, k_sum=totals.k_sum,
-            fallback_rounds=totals.fallback_rounds, fallbacks=tuple(totals.fallbacks),
-        )
+        answer = Counts.of_answer(n_generated, decode_s, prompt_tokens=len(prompt), reused_tokens=reused,
+                                  prefill_s=prefill_s)
+        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks))
 
     prefill_s = 0.0
+    reused = 0
     if not prompt:
         yield Error("empty prompt")
         yield Done(StopReason.ERROR, stats(0.0), "empty prompt")
@@ -146,18 +122,18 @@ def generate(
         use_model = use_lookup = False
     elif mode is Mode.DRAFT and drafter_model is None:
         notes.append(Fallback("no draft model loaded: plain decoding", permanent=True))
-    elif mode is Mode.AUTO and use_model and not controller.viable("model"):
+    elif mode is Mode.AUTO and use_model and not controller.viable(Drafter.MODEL):
         use_model = False
         notes.append(Fallback(
             "auto: the draft model cannot pay on this machine (best case "
-            f"{controller.best_case_multiplier('model'):.2f}x plain even if every token were accepted: "
-            f"a draft token costs {controller.costs.draft_s.get('model', 0) * 1e3:.1f} ms, "
+            f"{controller.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
+            f"a draft token costs {controller.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
             f"verifying {cs.k_max + 1} tokens {controller.costs.verify(cs.k_max + 1) * 1e3:.0f} ms "
             f"vs {controller.costs.verify(1) * 1e3:.1f} ms for one)",
             permanent=True,
         ))
     yield from notes
-    totals.fallbacks.extend(n.reason for n in notes)
+    fallbacks.extend(n.reason for n in notes)
 
     sampler = TargetSampler(target, sampling)
     pair.lookup.reset()
@@ -200,22 +176,22 @@ def generate(
                 stop_reason = StopReason.CONTEXT_FULL
                 break
             k_cap = min(room, max_tokens - n_generated - 1, cs.k_max)
-            available: dict[str, int] = {}
+            available: dict[Drafter, int] = {}
             proposal: list[int] = []
             draft_s = 0.0
             if k_cap > 0:
                 if use_model:
-                    available["model"] = k_cap
+                    available[Drafter.MODEL] = k_cap
                 if use_lookup:
                     proposal = pair.lookup.propose(history, k_cap)
                     draft_s += pair.lookup.last_seconds
                     if proposal:
-                        available["lookup"] = len(proposal)
+                        available[Drafter.LOOKUP] = len(proposal)
             plan = controller.plan(mode, available)
-            if plan.drafter == "model":
+            if plan.drafter is Drafter.MODEL:
                 drafted = drafter_model.propose(history, plan.k)
                 draft_s += drafter_model.last_seconds
-            elif plan.drafter == "lookup":
+            elif plan.drafter is Drafter.LOOKUP:
                 drafted = proposal[: plan.k]
             else:
                 drafted = []
@@ -241,18 +217,18 @@ def generate(
                     text, hit = stream.push(b"".join(target.piece(t) for t in part))
                     chunks.append(TokensEmitted(tuple(part), (origin,) * len(part), text))
             round_stats = RoundStats(
-                index=round_index, drafter=plan.drafter if drafted else "none", k=plan.k if drafted else 0,
+                index=round_index, drafter=plan.drafter if drafted else Drafter.NONE, k=plan.k if drafted else 0,
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
-                catch_up=drafter_model.last_catch_up if plan.drafter == "model" else 0,
+                catch_up=drafter_model.last_catch_up if plan.drafter is Drafter.MODEL else 0,
                 fallback=plan.fallback,
             )
             round_index += 1
             yield from chunks
             yield round_stats
-            totals.add(round_stats)
+            rounds += round_stats.counts
             for fb in controller.observe(mode, plan, round_stats):
-                totals.fallbacks.append(fb.reason)
+                fallbacks.append(fb.reason)
                 yield fb
             if ended:
                 stop_reason = StopReason.EOG

@@ -16,6 +16,14 @@ class Mode(StrEnum):
     AUTO = "auto"  # the controller picks drafter and K (0 included) by expected speed
 
 
+class Drafter(StrEnum):
+    """Who proposed a round's draft (``NONE``: a plain round)."""
+
+    NONE = "none"
+    MODEL = "model"  # a small draft model with the same tokenizer
+    LOOKUP = "lookup"  # n-gram prompt lookup
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
     temperature: float = 0.0

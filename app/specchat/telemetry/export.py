@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -54,12 +54,13 @@ def _cell(value: Any) -> Any:
 
 
 def _answer_dict(answer: AnswerRecord) -> dict[str, Any]:
-    out = asdict(answer)
-    if answer.stats is not None:  # the engine's derived numbers too, under their DESIGN.md names
-        s = answer.stats
-        out["stats"].update(decode_tok_s=s.decode_tok_s, token_acceptance=s.token_acceptance,
-                            sequence_acceptance=s.sequence_acceptance, mean_k=s.mean_k,
-                            mean_accepted=s.mean_accepted, fallback_share=s.fallback_share)
+    out = {f.name: getattr(answer, f.name) for f in fields(answer)}
+    s = answer.stats
+    if s is not None:  # flat, as in format version 1: mode, the counts, fallbacks, then the derived numbers
+        out["stats"] = {"mode": s.mode, **s.counts.to_dict(), "fallbacks": list(s.fallbacks),
+                        "decode_tok_s": s.decode_tok_s, "prefill_tok_s": s.prefill_tok_s,
+                        "token_acceptance": s.token_acceptance, "sequence_acceptance": s.sequence_acceptance,
+                        "mean_k": s.mean_k, "mean_accepted": s.mean_accepted, "fallback_share": s.fallback_share}
     return out
 
 

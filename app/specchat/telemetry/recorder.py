@@ -31,7 +31,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specchat import metrics
 from specchat.engine.events import (
     Done,
     Error,
@@ -42,7 +41,8 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.settings import ControllerSettings
-from specchat.store.task_stats import PLAIN_MODES
+from specchat.metrics import Counts
+from specchat.store import PLAIN_MODE, normalize_mode
 
 from .records import (
     MEMORY_COLUMNS,
@@ -73,13 +73,14 @@ class _Answer:
     mode: str | None
     started: float
     tokens: int = 0  # from TokensEmitted (visible tokens, the first one included)
-    rounds: Tally = field(default_factory=Tally)  # round counts, live
+    rounds: Counts = Counts()  # the rounds' counts, live
     last_k: int | None = None
     ema_tokens: float = 0.0
     ema_wall: float = 0.0
     in_fallback: bool = False  # a temporary fallback was declared and no round has drafted since
     pending: list[FallbackMarker] = field(default_factory=list)  # notes before the first round
-    prefill_tokens: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
     prefill_s: float = 0.0
     error: str = ""
     done: Done | None = None
@@ -87,30 +88,24 @@ class _Answer:
     def speculative(self) -> bool:
         """Plain or speculative, for the multiplier: the mode when known, else whether it drafted."""
         if self.mode is not None:
-            return self.mode not in PLAIN_MODES
+            return normalize_mode(self.mode) != PLAIN_MODE
         return self.rounds.drafted > 0
 
-    def tally(self) -> Tally:
-        """This answer's counts: the engine's exact totals once done, the live ones before."""
-        t = Tally()
-        t.answers = 1
-        t.prefill_tokens, t.prefill_s = self.prefill_tokens, self.prefill_s
+    def counts(self) -> Counts:
+        """This answer's counts: the engine's exact totals once done, the live ones before.
+
+        While it streams, its decode time is the sum of its rounds' wall times.
+        """
         if self.done is not None:
-            s = self.done.stats
-            t.tokens, decode_s = s.tokens, s.decode_s
-            t.rounds, t.drafted, t.accepted = s.rounds, s.drafted, s.accepted
-            t.rwd, t.rfa = s.rounds_with_draft, s.rounds_fully_accepted
-            t.k_sum, t.fallback_rounds = s.k_sum, s.fallback_rounds
-            t.draft_s, t.verify_s, t.overhead_s = s.draft_s, s.verify_s, s.overhead_s
-        else:
-            t.add(self.rounds)
-            t.answers, t.tokens = 1, self.tokens
-            decode_s = self.rounds.draft_s + self.rounds.verify_s + self.rounds.overhead_s
-        if t.tokens > 1 and decode_s > 0:  # an answer without a decode phase has no decode speed
-            t.decoded, t.decode_s = metrics.decoded_tokens(t.tokens), decode_s
-            if self.speculative():
-                t.spec_decoded, t.spec_decode_s = t.decoded, t.decode_s
-        return t
+            return self.done.stats.counts
+        return self.rounds + Counts.of_answer(self.tokens, self.rounds.rounds_s, prompt_tokens=self.prompt_tokens,
+                                              reused_tokens=self.reused_tokens, prefill_s=self.prefill_s)
+
+    def tally(self) -> Tally:
+        counts = self.counts()
+        # the multiplier compares decode rates: only the decode part of a speculative answer counts
+        speculative = Counts(decoded=counts.decoded, decode_s=counts.decode_s) if self.speculative() else Counts()
+        return Tally(1, counts, speculative)
 
 
 # -- the recorder -----------------------------------------------------------------------------------
@@ -147,7 +142,7 @@ class TelemetryRecorder:
         self._vram_total: tuple[int, ...] = ()
         self._latest_memory: MemorySample | None = None
         self._markers: deque[FallbackMarker] = deque()
-        self._window: deque[tuple[int, int]] = deque(maxlen=self.settings.window_rounds)
+        self._window: deque[Counts] = deque(maxlen=self.settings.window_rounds)  # rounds with a draft
         self._records: list[RoundRecord] = []
         self._answers: list[AnswerRecord] = []
         self._finished = Tally()  # totals of every answer in _answers
@@ -158,8 +153,7 @@ class TelemetryRecorder:
         self._seq = 0
         self._last_t = -math.inf
         self._plain_set: float | None = None
-        self._plain_decoded = 0  # learned from plain answers
-        self._plain_decode_s = 0.0
+        self._plain = Counts()  # learned from plain answers
         self._version = 0
         self._cached: TelemetrySnapshot | None = None
 
@@ -177,20 +171,20 @@ class TelemetryRecorder:
     def reset_plain_rate(self) -> None:
         """Forget both the set and the learned rate: call it when another pair is loaded."""
         self._plain_set = None
-        self._plain_decoded, self._plain_decode_s = 0, 0.0
+        self._plain = Counts()
         self._touch()
 
     @property
     def plain_rate(self) -> float | None:
         if self._plain_set is not None:
             return self._plain_set
-        return metrics.decode_tok_s(self._plain_decoded, self._plain_decode_s)
+        return self._plain.decode_tok_s
 
     @property
     def plain_rate_source(self) -> str | None:
         if self._plain_set is not None:
             return "set"
-        return "baseline answers" if self._plain_decode_s > 0 else None
+        return "baseline answers" if self._plain.decode_s > 0 else None
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -198,7 +192,7 @@ class TelemetryRecorder:
               now: float | None = None) -> None:
         """Announce an answer and its mode (optional: the first event of a new request id does it too).
 
-        Knowing the mode early lets a plain ("off"/"baseline") answer count as plain
+        Knowing the mode early lets a plain ("baseline") answer count as plain
         before its Done arrives.
         """
         answer = self._answer(request_id, chat_id, self._now(now))
@@ -223,7 +217,8 @@ class TelemetryRecorder:
         elif isinstance(event, Fallback):
             self._on_fallback(answer, event, t)
         elif isinstance(event, Prefilled):
-            answer.prefill_tokens += max(event.prompt_tokens - event.reused_tokens, 0)
+            answer.prompt_tokens += event.prompt_tokens
+            answer.reused_tokens += event.reused_tokens
             answer.prefill_s += event.seconds
         elif isinstance(event, Error):
             answer.error = event.message
@@ -261,22 +256,13 @@ class TelemetryRecorder:
         return answer
 
     def _on_round(self, answer: _Answer, r: RoundStats, t: float) -> None:
-        a = answer.rounds
+        counts = r.counts
+        answer.rounds += counts
         wall = r.wall_s
-        a.rounds += 1
-        a.draft_s += r.draft_s
-        a.verify_s += r.verify_s
-        a.overhead_s += r.overhead_s
         if r.drafted:
-            a.rwd += 1
-            a.drafted += r.drafted
-            a.accepted += r.accepted
-            a.rfa += r.accepted == r.drafted
-            a.k_sum += r.k
-            self._window.append((r.drafted, r.accepted))
+            self._window.append(counts)
             answer.in_fallback = False
         in_fallback = r.fallback  # the engine says which plain rounds a guard rail forced
-        a.fallback_rounds += in_fallback
         answer.last_k = r.k
 
         tok_s = r.emitted / wall if wall > 0 else None
@@ -288,9 +274,8 @@ class TelemetryRecorder:
                 answer.ema_tokens += s * (r.emitted - answer.ema_tokens)
                 answer.ema_wall += s * (wall - answer.ema_wall)
         smooth = answer.ema_tokens / answer.ema_wall if answer.ema_wall > 0 else None
-        # the window holds the last rounds that had a draft
-        token_acc = metrics.token_acceptance(sum(acc for _, acc in self._window), sum(d for d, _ in self._window))
-        seq_acc = metrics.sequence_acceptance(sum(acc == d for d, acc in self._window), len(self._window))
+        window = Counts.total(self._window)  # the last rounds that had a draft
+        token_acc, seq_acc = window.token_acceptance, window.sequence_acceptance
 
         notes = answer.pending
         answer.pending = []
@@ -334,20 +319,20 @@ class TelemetryRecorder:
         answer.done = done
         answer.mode = done.stats.mode or answer.mode
         self._close(answer, t, done.stop_reason.value, done.stats)
-        s = done.stats
-        if answer.mode in PLAIN_MODES and s.tokens > 1 and s.decode_s > 0:
-            self._plain_decoded += metrics.decoded_tokens(s.tokens)
-            self._plain_decode_s += s.decode_s
+        if not answer.speculative():  # its decode part teaches the plain rate
+            c = done.stats.counts
+            self._plain += Counts(decoded=c.decoded, decode_s=c.decode_s)
 
     def _close(self, answer: _Answer, t: float, stop_reason: str, stats: GenerationStats | None) -> None:
         del self._open[answer.request_id]
         self._closed.add(answer.request_id)
         self._closed_answers.append(answer)
-        self._finished.add(answer.tally())
+        self._finished += answer.tally()
         self._answers.append(AnswerRecord(
             request_id=answer.request_id, chat_id=answer.chat_id, mode=answer.mode, started=answer.started,
-            finished=t, stop_reason=stop_reason, stats=stats, prefill_tokens=answer.prefill_tokens,
-            prefill_s=answer.prefill_s, error=answer.error,
+            finished=t, stop_reason=stop_reason, stats=stats,
+            prefill_tokens=max(answer.prompt_tokens - answer.reused_tokens, 0), prefill_s=answer.prefill_s,
+            error=answer.error,
         ))
 
     def abandon(self, request_id: Hashable, *, now: float | None = None) -> None:
@@ -384,14 +369,14 @@ class TelemetryRecorder:
         """Running numbers since start (answers streaming now included), or of one chat."""
         tally = Tally()
         if chat_id is ALL_CHATS:
-            tally.add(self._finished)
+            tally += self._finished
         else:
             for answer in self._closed_answers:
                 if answer.chat_id == chat_id:
-                    tally.add(answer.tally())
+                    tally += answer.tally()
         for answer in self._open.values():
             if self._matches(answer.chat_id, chat_id):
-                tally.add(answer.tally())
+                tally += answer.tally()
         mine = self._records if chat_id is ALL_CHATS else self.rounds(chat_id)
         return tally.numbers(mine[-1].k if mine else None, self.plain_rate)
 

@@ -8,13 +8,15 @@ for the numbers below, the export and the panel's tooltips alike.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from specchat import metrics
 from specchat.engine.events import GenerationStats
+from specchat.engine.settings import Drafter
+from specchat.metrics import Counts, counted
 
 from .samplers import MemorySample
 
@@ -49,7 +51,7 @@ class RoundRecord:
     request_id: Hashable
     round: int  # index within its answer
     seq: int  # rounds recorded since start: the x axis of the per-round plots
-    drafter: str
+    drafter: Drafter
     k: int
     drafted: int
     accepted: int
@@ -106,104 +108,93 @@ class AnswerRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunningNumbers:
-    """Totals of one answer or of many, with the derived metrics as properties.
-
-    Raw counts, never averaged ratios, so that adding answers up stays exact (the same
-    rule as :mod:`specchat.store.task_stats`).
-    """
+    """Totals of one answer or of many: their pooled :class:`~specchat.metrics.Counts`, with the
+    figures as properties computed from them (the same rule as :mod:`specchat.store.task_stats`)."""
 
     answers: int
-    tokens: int
-    decoded_tokens: int  # tokens emitted after the first, over answers with a decode phase
-    decode_s: float
-    rounds: int
-    drafted: int
-    accepted: int
-    rounds_with_draft: int
-    rounds_fully_accepted: int
-    k_sum: int
-    fallback_rounds: int
-    draft_s: float
-    verify_s: float
-    overhead_s: float
-    prefill_tokens: int
-    prefill_s: float
+    counts: Counts
     current_k: int | None  # K of the newest round
     multiplier: float | None  # speculative tok/s / plain tok/s; None while either is unknown
 
-    # the definitions live in specchat.metrics: pooled counts in, figures out
+    tokens = counted("tokens")
+    decoded_tokens = counted("decoded")  # tokens emitted after the first, over answers with a decode phase
+    decode_s = counted("decode_s")
+    rounds = counted("rounds")
+    drafted = counted("drafted")
+    accepted = counted("accepted")
+    rounds_with_draft = counted("rounds_with_draft")
+    rounds_fully_accepted = counted("rounds_fully_accepted")
+    k_sum = counted("k_sum")
+    fallback_rounds = counted("fallback_rounds")
+    draft_s = counted("draft_s")
+    verify_s = counted("verify_s")
+    overhead_s = counted("overhead_s")
+    prefill_s = counted("prefill_s")
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens the prefills evaluated (not reused from the KV cache)."""
+        return self.counts.prompt_tokens - self.counts.reused_tokens
+
     @property
     def tok_s(self) -> float | None:
-        return metrics.decode_tok_s(self.decoded_tokens, self.decode_s)
+        return self.counts.decode_tok_s
 
     @property
     def prefill_tok_s(self) -> float | None:
-        return metrics.prefill_tok_s(self.prefill_tokens, self.prefill_s)
+        return self.counts.prefill_tok_s
 
     @property
     def token_acceptance(self) -> float | None:
-        return metrics.token_acceptance(self.accepted, self.drafted)
+        return self.counts.token_acceptance
 
     @property
     def sequence_acceptance(self) -> float | None:
-        return metrics.sequence_acceptance(self.rounds_fully_accepted, self.rounds_with_draft)
+        return self.counts.sequence_acceptance
 
     @property
     def mean_k(self) -> float | None:
-        return metrics.mean_k(self.k_sum, self.rounds_with_draft)
+        return self.counts.mean_k
 
     @property
     def mean_accepted(self) -> float | None:
-        return metrics.mean_accepted(self.accepted, self.rounds_with_draft)
+        return self.counts.mean_accepted
 
     @property
     def fallback_share(self) -> float | None:
-        return metrics.fallback_share(self.fallback_rounds, self.rounds)
+        return self.counts.fallback_share
 
     def as_dict(self) -> dict[str, Any]:
-        """Counts and derived metrics, for export."""
-        out = asdict(self)
+        """Counts and derived metrics, for export (the names of format version 1, then the new counts)."""
+        out: dict[str, Any] = {"answers": self.answers, "current_k": self.current_k, "multiplier": self.multiplier}
+        out.update(self.counts.to_dict())
+        out.update(decoded_tokens=self.decoded_tokens, prefill_tokens=self.prefill_tokens)
         for name in ("tok_s", "prefill_tok_s", "token_acceptance", "sequence_acceptance", "mean_k",
                      "mean_accepted", "fallback_share"):
             out[name] = getattr(self, name)
         return out
 
 
+@dataclass(frozen=True, slots=True)
 class Tally:
-    """Mutable counts behind :class:`RunningNumbers` (the recorder's, not for the GUI).
+    """What the recorder adds up per answer and over many: answers, their counts, and the
+    speculative answers' counts apart (the multiplier compares those with plain decoding)."""
 
-    ``spec_*`` count speculative answers only: the multiplier compares those with plain decoding.
-    """
+    answers: int = 0
+    counts: Counts = Counts()
+    speculative: Counts = Counts()
 
-    __slots__ = ("answers", "tokens", "decoded", "decode_s", "rounds", "drafted", "accepted", "rwd", "rfa",
-                 "k_sum", "fallback_rounds", "draft_s", "verify_s", "overhead_s", "prefill_tokens",
-                 "prefill_s", "spec_decoded", "spec_decode_s")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def add(self, other: Tally) -> None:
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(self.answers + other.answers, self.counts + other.counts, self.speculative + other.speculative)
 
     def numbers(self, current_k: int | None, plain_rate: float | None, *, speculative_only: bool = True
                 ) -> RunningNumbers:
         """Freeze the counts.  The multiplier's numerator is the speculative answers' decode rate
         (``speculative_only``, for totals over many answers) or every counted answer's (for one answer,
         whatever its mode: a plain answer then shows about 1x)."""
-        decoded, decode_s = ((self.spec_decoded, self.spec_decode_s) if speculative_only
-                             else (self.decoded, self.decode_s))
-        multiplier = metrics.multiplier(metrics.decode_tok_s(decoded, decode_s), plain_rate)
-        return RunningNumbers(
-            answers=self.answers, tokens=self.tokens, decoded_tokens=self.decoded,
-            decode_s=float(self.decode_s),
-            rounds=self.rounds, drafted=self.drafted, accepted=self.accepted, rounds_with_draft=self.rwd,
-            rounds_fully_accepted=self.rfa, k_sum=self.k_sum, fallback_rounds=self.fallback_rounds,
-            draft_s=float(self.draft_s), verify_s=float(self.verify_s), overhead_s=float(self.overhead_s),
-            prefill_tokens=self.prefill_tokens, prefill_s=float(self.prefill_s), current_k=current_k,
-            multiplier=multiplier,
-        )
+        rate = (self.speculative if speculative_only else self.counts).decode_tok_s
+        return RunningNumbers(answers=self.answers, counts=self.counts, current_k=current_k,
+                              multiplier=metrics.multiplier(rate, plain_rate))
 
 
 # -- the snapshot the GUI reads ---------------------------------------------------------------------
