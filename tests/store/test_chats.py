@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from specchat.engine.events import GenerationStats, TokenOrigin
+from specchat.engine.events import GenerationStats, StopReason, TokenOrigin
+from specchat.metrics import Counts
 from specchat.store import (
     SCHEMA_VERSION,
+    SPECULATION_MODES,
     ChatSettings,
+    Message,
     MessageStats,
     StoreError,
     default_path,
@@ -376,12 +380,12 @@ def test_token_origins_are_stored_as_d_and_t_chars(store):
 
 
 def test_message_stats_round_trip_and_come_from_engine_stats(db_path):
-    engine_stats = GenerationStats(
-        mode="draft", prompt_tokens=40, tokens=101, prefill_s=0.5, decode_s=4.0, drafted=120, accepted=90,
-        rounds=40, rounds_with_draft=30, rounds_fully_accepted=12, draft_s=1.0, verify_s=2.5, overhead_s=0.5,
-        k_sum=120, fallbacks=("acceptance below 50%",),
-    )
-    stats = MessageStats.from_generation(engine_stats, "eog")
+    counts = Counts(tokens=101, decoded=100, prompt_tokens=40, prefill_s=0.5, decode_s=4.0, drafted=120,
+                    accepted=90, rounds=40, rounds_with_draft=30, rounds_fully_accepted=12, draft_s=1.0,
+                    verify_s=2.5, overhead_s=0.5, k_sum=120, fallback_rounds=3)
+    engine_stats = GenerationStats("draft", counts, ("acceptance below 50%",))
+    stats = MessageStats.from_generation(engine_stats, StopReason.EOG)
+    assert stats.counts == counts and stats.stop_reason == "eog" and stats.mode == "draft"
     assert stats.decode_tok_s == engine_stats.decode_tok_s == 25.0
     assert stats.token_acceptance == 0.75 and stats.sequence_acceptance == 0.4 and stats.mean_k == 4.0
     with open_store(db_path) as s:
@@ -392,4 +396,69 @@ def test_message_stats_round_trip_and_come_from_engine_stats(db_path):
     with open_store(db_path) as s:
         message = s.get_message(message_id)
         assert message.stats == stats and message.stats.fallbacks == ("acceptance below 50%",)
+        assert message.stats.fallback_rounds == 3 and message.stats.k_sum == 120
         assert message.reasoning == "because" and message.state == "done"
+
+
+def test_an_empty_engine_stats_is_stored_as_zero_counts(store):
+    stats = MessageStats.from_generation(GenerationStats.empty("lookup"), "error", error="no model")
+    assert stats.counts == Counts() and stats.mode == "lookup" and stats.decode_tok_s == 0.0
+    assert stats.token_acceptance is None  # nothing drafted: a dash, not 0%
+    assert MessageStats.from_json(stats.to_json()) == stats
+
+
+def test_stats_documents_are_read_leniently():
+    assert MessageStats.from_json('{"counts": {"tokens": 5, "from_a_newer_version": 1}, "mode": "off"}') == \
+        MessageStats(Counts(tokens=5), mode="baseline")
+    assert MessageStats.from_json('{"mode": "draft"}') == MessageStats(mode="draft")  # no counts: zeros
+    assert MessageStats.from_json('{"counts": {"tokens": "many"}}') is None  # unreadable: no stats shown
+    assert MessageStats.from_json("not json") is None and MessageStats.from_json(None) is None
+
+
+def test_plain_decoding_has_one_name():
+    assert SPECULATION_MODES == ("baseline", "draft", "lookup", "auto")
+    assert ChatSettings(speculation="off").speculation == "baseline"  # what schema 1 called it
+    assert ChatSettings.from_json('{"speculation": "off"}').speculation == "baseline"
+    assert ChatSettings(speculation=" Baseline ").speculation == "baseline"
+
+
+def test_the_tint_of_an_answer_survives_reopening(db_path):
+    with open_store(db_path) as s:
+        chat = s.create_chat("c")
+        s.add_message(chat.id, "user", "count")
+        writer = s.answer_writer(s.start_answer(chat.id), flush_interval=0.0)
+        writer.append("", "let me think", [TokenOrigin.TARGET] * 3)  # reasoning is never tinted
+        writer.append("One", "", [TokenOrigin.TARGET])
+        writer.append(", two, three", "", [TokenOrigin.DRAFT] * 4)  # flushed on its own
+        writer.append(",", "", [TokenOrigin.TARGET])
+        writer.append(" four", "", [TokenOrigin.TARGET])  # a run of one kind across appends
+        writer.append("", "", [TokenOrigin.DRAFT])  # a token with no visible text yet (mid UTF-8)
+        writer.append(" five", "", "dt")  # mixed origins: not all draft, so not tinted
+        writer.append(" six", "", "dd")
+        writer.append(".")  # text without origins (held back, then flushed) is the target's
+        message_id = writer.finish("done").id
+    with open_store(db_path) as s:
+        message = s.get_message(message_id)
+        assert message.content == "One, two, three, four five six."
+        assert message.content_segments() == [("One", False), (", two, three", True), (", four five", False),
+                                              (" six", True), (".", False)]
+        assert "".join(t for t, _ in message.content_segments()) == message.content
+        user = s.messages(message.chat_id)[0]
+        assert user.content_segments() == [("count", False)]
+
+
+def test_an_edited_message_or_damaged_spans_show_untinted():
+    m = Message(1, 1, "assistant", "abcdef", "", 0.0, content_spans="t2d4")
+    assert m.content_segments() == [("ab", False), ("cdef", True)]
+    for spans in ("t2d3", "t2x4", "d4t2 ", ""):  # wrong length, unknown kind, junk, none (schema 1)
+        assert replace(m, content_spans=spans).content_segments() == [("abcdef", False)]
+    assert replace(m, content="").content_segments() == []
+
+
+def test_editing_a_message_drops_its_tint(store):
+    chat = store.create_chat("c")
+    writer = store.answer_writer(store.start_answer(chat.id))
+    writer.append("drafted", origins="dd")
+    answer = writer.finish("done")
+    assert answer.content_segments() == [("drafted", True)]
+    assert store.edit_message(answer.id, "rewritten").content_segments() == [("rewritten", False)]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from specchat.metrics import Counts
 from specchat.store import MessageStats, open_store
 
 
@@ -83,20 +84,24 @@ def test_a_stopped_answer_keeps_its_partial_text_and_stats(tmp_path):
         writer.append("one, two,", reasoning="easy", origins="tdt")
         writer.flush()
         writer.append(" three", origins="d")  # still only in memory when the user presses stop
-        stats = MessageStats(tokens=4, decode_s=0.3, mode="draft", stop_reason="cancelled")
+        stats = MessageStats(Counts.of_answer(4, 0.3), mode="draft", stop_reason="cancelled")
         message = writer.finish("stopped", stats)
     assert message.content == "one, two, three" and message.state == "stopped"
     with open_store(db_path) as store:
         again = store.get_message(message.id)
         assert (again.content, again.reasoning, again.origins) == ("one, two, three", "easy", "tdtd")
         assert again.state == "stopped" and again.stats.stop_reason == "cancelled"
+        assert again.stats.tokens == 4 and again.stats.decode_tok_s == 3 / 0.3
+        # the tint survives: "three" came from accepted draft tokens, even though only in memory at stop
+        assert again.content_segments() == [("one, two,", False), (" three", True)]
 
 
 def test_an_error_keeps_the_text_and_says_why(tmp_path):
     with open_store(tmp_path / "db.sqlite3") as store:
         writer = store.answer_writer(store.start_answer(store.create_chat("c").id))
         writer.append("half an ans")
-        message = writer.finish("error", MessageStats(tokens=3, stop_reason="error", error="llama_decode returned 1"))
+        message = writer.finish("error", MessageStats(Counts(tokens=3), stop_reason="error",
+                                                        error="llama_decode returned 1"))
         assert (message.content, message.state) == ("half an ans", "error")
         assert message.stats.error == "llama_decode returned 1"
         with pytest.raises(ValueError):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from specchat.metrics import Counts
 from specchat.store import ChatSettings, MessageStats, open_store, reset_task_stats, task_table
 
 
-def answer(store, chat, state="done", **stats):
-    """Stream a short answer into ``chat`` and finish it with the given stats."""
+def answer(store, chat, state="done", *, tokens, decode_s, mode, **counts):
+    """Stream a short answer into ``chat`` and finish it with the given counts."""
     writer = store.answer_writer(store.start_answer(chat.id))
     writer.append("some text")
-    return writer.finish(state, MessageStats(**stats))
+    stats = MessageStats(Counts.of_answer(tokens, decode_s) + Counts(**counts), mode=mode)
+    return writer.finish(state, stats)
 
 
 @pytest.fixture
@@ -26,7 +28,7 @@ def rows_by_tag(store, **kwargs):
 
 def test_acceptance_and_multiplier_from_known_numbers(store):
     code = store.create_chat("code chat", ChatSettings(task="code", target="/m/t.gguf", speculation="draft"))
-    # plain: (100 + 50) decoded tokens in (10 + 5) s = 10 tok/s; "off" and "baseline" are both plain
+    # plain: (100 + 50) decoded tokens in (10 + 5) s = 10 tok/s; "off" (the old name) is "baseline"
     answer(store, code, tokens=101, decode_s=10.0, mode="off")
     answer(store, code, tokens=51, decode_s=5.0, mode="baseline")
     # speculative: (200 + 100) tokens in (10 + 5) s = 20 tok/s -> multiplier 2.0
@@ -97,3 +99,20 @@ def test_the_tag_in_force_when_the_answer_finished_is_used_and_targets_can_be_se
     assert summary["summary"].multiplier == pytest.approx(10.0 / 5.0)
     assert summary["summary"].token_acceptance == 1.0 and summary["summary"].sequence_acceptance == 1.0
     assert rows_by_tag(store, target="/m/none.gguf") == {}
+
+
+def test_every_count_of_an_answer_is_kept_and_pooled(store):
+    chat = store.create_chat("c", ChatSettings(task="code"))
+    one = Counts.of_answer(41, 2.0, prompt_tokens=30, reused_tokens=10, prefill_s=0.1)
+    two = Counts.of_answer(11, 1.0, prompt_tokens=50, prefill_s=0.4)
+    for counts, k in ((one, 4), (two, 2)):
+        rounds = sum(Counts.of_round(k, k, k - 1, draft_s=0.01, verify_s=0.02, overhead_s=0.001, fallback=False)
+                     for _ in range(5))
+        writer = store.answer_writer(store.start_answer(chat.id))
+        writer.finish("done", MessageStats(counts + rounds, mode="auto"))
+    row = rows_by_tag(store)["code"]
+    pooled = row.speculative
+    assert pooled.k_sum == 5 * 4 + 5 * 2 and pooled.mean_k == 3.0
+    assert pooled.rounds == 10 and pooled.verify_s == pytest.approx(0.2)
+    assert pooled.prefill_tok_s == pytest.approx((20 + 50) / 0.5)  # reused prompt tokens cost nothing
+    assert row.speculative_tok_s == pytest.approx((40 + 10) / 3.0)

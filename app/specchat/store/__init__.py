@@ -12,19 +12,22 @@ from .chats import AnswerWriter, Store
 from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available, open_store
 from .records import (
     ANSWER_STATES,
+    PLAIN_MODE,
     SPECULATION_MODES,
+    TASK_TAGS,
     Chat,
     ChatSettings,
     Message,
     MessageStats,
+    normalize_mode,
     normalize_task_tag,
     origin_chars,
 )
-from .task_stats import PLAIN_MODES, TASK_TAGS, TaskRow, reset_task_stats, task_table
+from .task_stats import TaskRow, reset_task_stats, task_table
 
 __all__ = [
     "ANSWER_STATES",
-    "PLAIN_MODES",
+    "PLAIN_MODE",
     "SCHEMA_VERSION",
     "SPECULATION_MODES",
     "TASK_TAGS",
@@ -38,6 +41,7 @@ __all__ = [
     "TaskRow",
     "default_path",
     "fts5_available",
+    "normalize_mode",
     "normalize_task_tag",
     "open_store",
     "origin_chars",

@@ -27,6 +27,8 @@ from .records import (
     ChatSettings,
     Message,
     MessageStats,
+    format_spans,
+    is_draft_text,
     origin_chars,
 )
 
@@ -189,7 +191,8 @@ class Store:
             row = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise KeyError(f"no message {message_id}")
-            conn.execute("UPDATE messages SET content = ? WHERE id = ?", (content, message_id))
+            # the old spans described the old text: the edited one is shown untinted
+            conn.execute("UPDATE messages SET content = ?, content_spans = '' WHERE id = ?", (content, message_id))
             conn.execute("DELETE FROM messages WHERE chat_id = ? AND id > ?", (row["chat_id"], message_id))
             conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (self.now(), row["chat_id"]))
         return self.get_message(message_id)
@@ -254,6 +257,9 @@ class AnswerWriter:
     """Fills one streaming assistant message, committing at most every ``flush_interval`` s.
 
     ``append`` buffers; it commits when the interval has passed since the last commit.
+    Besides the text it records the token origins and, for the tinted view after a
+    restart, which characters of the visible text came from accepted draft tokens
+    (``content_spans``, see :meth:`Message.content_segments`).
     When tokens come slowly, call :meth:`poll` from a UI timer as well, so buffered text
     never waits for the next token to be saved.  :meth:`finish` commits the rest with the
     final state and stats in one transaction.
@@ -269,20 +275,31 @@ class AnswerWriter:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._origins: list[str] = []
+        self._spans: list[tuple[int, bool]] = []  # (characters, from draft), adjacent runs merged
         self._last_flush = store.clock()
         self.finished = False
 
     @property
     def pending(self) -> bool:
         """Whether some appended text is not yet in the database."""
-        return bool(self._text or self._reasoning or self._origins)
+        return bool(self._text or self._reasoning or self._origins)  # spans come with text
 
     def append(self, text: str = "", reasoning: str = "", origins: str | Iterable[object] = "") -> None:
+        """Add visible text, reasoning text and the origins of the tokens they came from.
+
+        The engine emits one event per origin, so ``text`` counts as accepted draft text
+        when every one of ``origins`` is draft.  Reasoning text is never tinted.
+        """
         if self.finished:
             raise RuntimeError("append after finish")
         chars = origin_chars(origins)
         if text:
             self._text.append(text)
+            draft = is_draft_text(chars)
+            if self._spans and self._spans[-1][1] == draft:
+                self._spans[-1] = (self._spans[-1][0] + len(text), draft)
+            else:
+                self._spans.append((len(text), draft))
         if reasoning:
             self._reasoning.append(reasoning)
         if chars:
@@ -310,7 +327,8 @@ class AnswerWriter:
             with transaction(self.store.connection) as conn:
                 conn.execute(
                     "UPDATE messages SET content = content || ?, reasoning = reasoning || ?,"
-                    " origins = origins || ? WHERE id = ? AND state = 'streaming'",
+                    " origins = origins || ?, content_spans = content_spans || ?"
+                    " WHERE id = ? AND state = 'streaming'",
                     (*self._take(), self.message_id),
                 )
             self._clear()
@@ -330,7 +348,8 @@ class AnswerWriter:
         with transaction(store.connection) as conn:
             cur = conn.execute(
                 "UPDATE messages SET content = content || ?, reasoning = reasoning || ?,"
-                " origins = origins || ?, state = ?, stats = ? WHERE id = ? AND state = 'streaming'",
+                " origins = origins || ?, content_spans = content_spans || ?, state = ?, stats = ?"
+                " WHERE id = ? AND state = 'streaming'",
                 (*self._take(), state, stats.to_json() if stats else None, self.message_id),
             )
             changed = cur.rowcount > 0
@@ -347,13 +366,14 @@ class AnswerWriter:
         self.finished = True
         return store.get_message(self.message_id) if changed else None
 
-    def _take(self) -> tuple[str, str, str]:
-        return "".join(self._text), "".join(self._reasoning), "".join(self._origins)
+    def _take(self) -> tuple[str, str, str, str]:
+        return "".join(self._text), "".join(self._reasoning), "".join(self._origins), format_spans(self._spans)
 
     def _clear(self) -> None:
         self._text.clear()
         self._reasoning.clear()
         self._origins.clear()
+        self._spans.clear()
 
 
 def _clean_title(title: str) -> str:
@@ -384,5 +404,6 @@ def _message(row: Mapping[str, Any]) -> Message:
         state=row["state"],
         stats=MessageStats.from_json(row["stats"]),
         origins=row["origins"],
+        content_spans=row["content_spans"],
     )
 

@@ -19,9 +19,10 @@ sends its immutable events to the GUI thread, which appends them through an
 ``AnswerWriter``.  A tool that needs the database on another thread opens its own
 connection with :func:`open_store`.
 
-Schema changes are forward migrations: ``MIGRATIONS[n]`` turns version ``n - 1`` into
-version ``n``; each runs in one transaction with the version bump, so a crash mid-way
-leaves the old version intact.  A database written by a newer SpecChat is refused rather
+Schema changes are forward migrations (schema.py): ``MIGRATIONS[n]`` turns version
+``n - 1`` into version ``n``, with SQL statements and, where SQL cannot say it (rewriting
+JSON documents), Python functions of the connection; each version's steps run in one
+transaction with the version bump, so a crash mid-way leaves the old version intact.  A database written by a newer SpecChat is refused rather
 than guessed at.  The full-text index is not part of the versioned schema: it is an
 optional accelerator, created (or dropped) at every open depending on whether this
 Python's SQLite has FTS5.
@@ -36,6 +37,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .schema import MIGRATIONS, Migration
+
 if TYPE_CHECKING:
     from .chats import Store
 
@@ -46,57 +49,7 @@ class StoreError(Exception):
     """The database cannot be used (written by a newer version, not a SQLite file ...)."""
 
 
-# Version 1: chats, messages (with streaming state, stats and token origins), app
-# settings, per-answer task runs.  AUTOINCREMENT on purpose: an id is never reused, so a
-# late write from a stale AnswerWriter (answer deleted by "regenerate" while it was
-# still streaming) can never land in the message that replaced it.
-_V1 = [
-    """CREATE TABLE chats (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        title TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,   -- last activity: drives the newest-first order
-        settings TEXT NOT NULL      -- JSON of ChatSettings: new fields need no migration
-    )""",
-    "CREATE INDEX chats_by_activity ON chats (updated_at DESC, id DESC)",
-    """CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        chat_id INTEGER NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
-        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
-        content TEXT NOT NULL DEFAULT '',
-        reasoning TEXT NOT NULL DEFAULT '',
-        origins TEXT NOT NULL DEFAULT '',   -- one 'd' (draft) or 't' (target) per token
-        state TEXT CHECK (state IS NULL OR state IN ('streaming', 'done', 'stopped', 'error')),
-        stats TEXT,                          -- JSON of MessageStats, NULL until finished
-        created_at REAL NOT NULL
-    )""",
-    "CREATE INDEX messages_by_chat ON messages (chat_id, id)",
-    "CREATE INDEX messages_streaming ON messages (state) WHERE state = 'streaming'",
-    """CREATE TABLE app_settings (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL                  -- JSON
-    )""",
-    # Task runs outlive their chat (ON DELETE SET NULL): they are measurements of the
-    # machine and model pair, and deleting a conversation should not erase what was learnt.
-    """CREATE TABLE task_runs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        message_id INTEGER REFERENCES messages (id) ON DELETE SET NULL,
-        tag TEXT NOT NULL,
-        mode TEXT NOT NULL,
-        target TEXT,
-        draft TEXT,
-        tokens INTEGER NOT NULL,
-        decode_s REAL NOT NULL,
-        drafted INTEGER NOT NULL,
-        accepted INTEGER NOT NULL,
-        rounds_with_draft INTEGER NOT NULL,
-        rounds_fully_accepted INTEGER NOT NULL,
-        created_at REAL NOT NULL
-    )""",
-    "CREATE INDEX task_runs_by_tag ON task_runs (tag, mode)",
-]
-
-MIGRATIONS: dict[int, list[str]] = {1: _V1}
+# MIGRATIONS (schema.py) maps each version to the steps that make it from the one before.
 SCHEMA_VERSION = max(MIGRATIONS)
 
 # External-content FTS5 index over message text, kept in step by triggers (which also
@@ -185,7 +138,7 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(conn: sqlite3.Connection, migrations: dict[int, list[str]] | None = None) -> int:
+def migrate(conn: sqlite3.Connection, migrations: dict[int, Migration] | None = None) -> int:
     """Bring the schema up to the newest version, one transaction per step; return it."""
     migrations = MIGRATIONS if migrations is None else migrations
     newest = max(migrations)
@@ -202,8 +155,11 @@ def migrate(conn: sqlite3.Connection, migrations: dict[int, list[str]] | None = 
                 )
             if current == newest:
                 return current
-            for statement in migrations[current + 1]:
-                conn.execute(statement)
+            for step in migrations[current + 1]:
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
             conn.execute("UPDATE schema_version SET version = ?", (current + 1,))
 
 

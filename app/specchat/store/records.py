@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .task_stats import TASK_TAGS
+from specchat.metrics import Counts, counted
 
 log = logging.getLogger(__name__)
 
-SPECULATION_MODES = ("off", "draft", "lookup", "auto")
+# The engine's mode names (specchat.engine.Mode; the store does not import the engine).
+PLAIN_MODE = "baseline"  # plain decoding, no drafter
+SPECULATION_MODES = (PLAIN_MODE, "draft", "lookup", "auto")
+_LEGACY_MODES = {"off": PLAIN_MODE}  # what chats and answers of schema 1 called plain decoding
+TASK_TAGS = ("code", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
 ROLES = ("user", "assistant", "system")
 ANSWER_STATES = ("streaming", "done", "stopped", "error")
 FINAL_STATES = ("done", "stopped", "error")
@@ -33,7 +38,7 @@ class ChatSettings:
 
     target: Path | None = None  # target model file
     draft: Path | None = None  # draft model file, None: no draft model
-    speculation: str = "auto"  # "off" | "draft" | "lookup" | "auto"
+    speculation: str = "auto"  # one of SPECULATION_MODES ("off", the old name of "baseline", is read as it)
     reasoning: bool = True  # let models that can think do so
     system_prompt: str = ""
     temperature: float = 0.0
@@ -51,7 +56,7 @@ class ChatSettings:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value) if str(value) else None)
-        object.__setattr__(self, "speculation", str(self.speculation).strip().lower())
+        object.__setattr__(self, "speculation", normalize_mode(self.speculation))
         object.__setattr__(self, "task", normalize_task_tag(self.task))
 
     def validate(self) -> None:
@@ -95,6 +100,12 @@ class ChatSettings:
             return cls()
 
 
+def normalize_mode(mode: object) -> str:
+    """A mode name as the engine spells it: trimmed, lower case, "off" read as "baseline"."""
+    text = str(getattr(mode, "value", mode) or "").strip().lower()
+    return _LEGACY_MODES.get(text, text)
+
+
 def normalize_task_tag(tag: object) -> str:
     """Built-in tags are matched case-insensitively; other text is kept, trimmed; empty -> "chat"."""
     text = str(tag or "").strip()
@@ -105,79 +116,92 @@ def normalize_task_tag(tag: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MessageStats:
-    """Totals of one finished answer, with DESIGN.md's metric definitions.
+    """What one finished answer measured: its counts (:class:`specchat.metrics.Counts`),
+    the mode it ran in, why it stopped and the fallbacks it declared.
 
-    The round-level counts (rounds_with_draft, rounds_fully_accepted, decode_s) are kept
-    next to the ratios so that answers can be summed exactly (see task_stats.py).
+    Stored as counts, never as ratios, so that answers add up exactly (task_stats.py);
+    the flat names (``tokens``, ``decode_tok_s`` ...) read the counts.
     """
 
-    tokens: int = 0
-    decode_tok_s: float = 0.0
-    prefill_tok_s: float = 0.0
-    drafted: int = 0
-    accepted: int = 0
-    token_acceptance: float | None = None
-    sequence_acceptance: float | None = None
-    mean_k: float = 0.0
+    counts: Counts = Counts()
     mode: str = ""
     stop_reason: str = ""
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    overhead_s: float = 0.0
-    decode_s: float = 0.0
-    prompt_tokens: int = 0
-    rounds: int = 0
-    rounds_with_draft: int = 0
-    rounds_fully_accepted: int = 0
     fallbacks: tuple[str, ...] = ()
     error: str = ""  # the message shown to the user when the answer ended in an error
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", normalize_mode(self.mode))
+        object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
+
+    tokens = counted("tokens")
+    decoded = counted("decoded")
+    prompt_tokens = counted("prompt_tokens")
+    drafted = counted("drafted")
+    accepted = counted("accepted")
+    rounds = counted("rounds")
+    rounds_with_draft = counted("rounds_with_draft")
+    rounds_fully_accepted = counted("rounds_fully_accepted")
+    k_sum = counted("k_sum")
+    fallback_rounds = counted("fallback_rounds")
+    prefill_s = counted("prefill_s")
+    decode_s = counted("decode_s")
+    draft_s = counted("draft_s")
+    verify_s = counted("verify_s")
+    overhead_s = counted("overhead_s")
+
+    # one answer's figures, as the engine's GenerationStats gives them
+    @property
+    def decode_tok_s(self) -> float:
+        return self.counts.decode_tok_s or 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.counts.prefill_tok_s or 0.0
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return self.counts.token_acceptance
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return self.counts.sequence_acceptance
+
+    @property
+    def mean_k(self) -> float:
+        return self.counts.mean_k or 0.0
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        doc = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
+               "fallbacks": list(self.fallbacks), "error": self.error}
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | None) -> MessageStats | None:
+        """Lenient: missing keys take their defaults, unknown ones are ignored; unreadable is None."""
         if not text:
             return None
         try:
             doc = json.loads(text)
-            known = {f.name for f in fields(cls)}
-            doc = {k: v for k, v in doc.items() if k in known}
-            if "fallbacks" in doc:
-                doc["fallbacks"] = tuple(doc["fallbacks"] or ())
-            return cls(**doc)
+            return cls(
+                counts=Counts.from_dict(doc.get("counts") or {}),
+                mode=str(doc.get("mode") or ""),
+                stop_reason=str(doc.get("stop_reason") or ""),
+                fallbacks=tuple(str(f) for f in doc.get("fallbacks") or ()),
+                error=str(doc.get("error") or ""),
+            )
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("message stats unreadable (%s)", exc)
             return None
 
     @classmethod
     def from_generation(cls, stats: Any, stop_reason: object = "", error: str = "") -> MessageStats:
-        """Build from the engine's ``GenerationStats`` (read by attribute name).
+        """Build from the engine's ``GenerationStats`` (its ``counts``, ``mode`` and ``fallbacks``).
 
         Duck-typed so the store does not depend on the engine package.
         """
-        return cls(
-            tokens=stats.tokens,
-            decode_tok_s=stats.decode_tok_s,
-            prefill_tok_s=stats.prefill_tok_s,
-            drafted=stats.drafted,
-            accepted=stats.accepted,
-            token_acceptance=stats.token_acceptance,
-            sequence_acceptance=stats.sequence_acceptance,
-            mean_k=stats.mean_k,
-            mode=str(stats.mode),
-            stop_reason=str(stop_reason),
-            draft_s=stats.draft_s,
-            verify_s=stats.verify_s,
-            overhead_s=stats.overhead_s,
-            decode_s=stats.decode_s,
-            prompt_tokens=stats.prompt_tokens,
-            rounds=stats.rounds,
-            rounds_with_draft=stats.rounds_with_draft,
-            rounds_fully_accepted=stats.rounds_fully_accepted,
-            fallbacks=tuple(getattr(stats, "fallbacks", ())),
-            error=error,
-        )
+        return cls(counts=stats.counts, mode=str(stats.mode),
+                   stop_reason=str(getattr(stop_reason, "value", stop_reason)),
+                   fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +224,26 @@ class Message:
     state: str | None = None  # assistant only: "streaming" | "done" | "stopped" | "error"
     stats: MessageStats | None = None  # assistant only, once finished with stats
     origins: str = ""  # one char per emitted token: 'd' accepted draft, 't' target
+    content_spans: str = ""  # run-length spans over ``content``, see content_segments(); "" before schema 2
+
+    def content_segments(self) -> list[tuple[str, bool]]:
+        """The visible text in runs of (text, from accepted draft tokens), for the tinted view.
+
+        Rebuilt from ``content_spans``.  A message without spans (written before schema 2,
+        a user message, an edited one) or whose spans do not cover its text exactly is
+        one untinted run: a wrong tint would be worse than none.
+        """
+        if not self.content:
+            return []
+        runs = parse_spans(self.content_spans)
+        if sum(n for n, _ in runs) != len(self.content):
+            return [(self.content, False)]
+        out: list[tuple[str, bool]] = []
+        at = 0
+        for n, draft in runs:
+            out.append((self.content[at:at + n], draft))
+            at += n
+        return out
 
 
 def origin_chars(origins: str | Iterable[object]) -> str:
@@ -222,3 +266,45 @@ def origin_chars(origins: str | Iterable[object]) -> str:
         else:
             raise ValueError(f"unknown token origin {origin!r}")
     return "".join(out)
+
+
+# -- content spans: which characters of an answer came from accepted draft tokens ------------------
+#
+# A span string is runs of "d<n>" (n characters from accepted draft tokens) and "t<n>"
+# (n characters the target sampled itself), in text order: "t12d5t3".  Appending two span
+# strings is just concatenation (adjacent runs of one kind are merged when read), which is
+# what lets a streaming answer append them in SQL as it appends its text.
+
+_SPAN = re.compile(r"([dt])(\d+)")
+
+
+def is_draft_text(origins: str | Iterable[object]) -> bool:
+    """Whether a chunk of visible text counts as accepted draft text.
+
+    The engine emits one event per origin, so a chunk is "draft" when it has origins and
+    all of them are draft; text without origins (held back and flushed, or parsed out
+    of the stream) counts as the target's.
+    """
+    chars = origin_chars(origins)
+    return bool(chars) and not chars.strip("d")
+
+
+def format_spans(runs: Iterable[tuple[int, bool]]) -> str:
+    """(characters, from draft) runs as a span string."""
+    return "".join(f"{'d' if draft else 't'}{n}" for n, draft in runs if n)
+
+
+def parse_spans(spans: str) -> list[tuple[int, bool]]:
+    """(characters, from draft) runs, adjacent runs of one kind merged; [] for a damaged string."""
+    runs: list[tuple[int, bool]] = []
+    at = 0
+    for m in _SPAN.finditer(spans or ""):
+        if m.start() != at:
+            return []
+        at = m.end()
+        n, draft = int(m.group(2)), m.group(1) == "d"
+        if runs and runs[-1][1] == draft:
+            runs[-1] = (runs[-1][0] + n, draft)
+        elif n:
+            runs.append((n, draft))
+    return runs if at == len(spans or "") else []

@@ -2,14 +2,14 @@
 
 Whether drafting pays depends on the kind of text: code and JSON repeat themselves and
 are easy to guess, creative writing is not.  Each finished answer ("done" or "stopped")
-leaves one row in ``task_runs`` with raw counts, never ratios, so that totals are exact:
-the counts of a tag are summed, then :mod:`specchat.metrics` turns the sums into token
-and sequence acceptance, decode tok/s and the multiplier (speculative vs plain decode
-tok/s of the same tag), exactly as it does for one answer.
+leaves one row in ``task_runs`` holding its :class:`~specchat.metrics.Counts`, one column
+per count and never a ratio, so that totals are exact: the counts of a tag are summed
+in SQL, and the sums' own figures (token and sequence acceptance, decode tok/s) are the
+table's.  The multiplier is speculative vs plain decode tok/s of the same tag.
 
-Plain means mode "off" (the chat setting) or "baseline" (the engine's name for it); every
-other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats: they
-describe the machine and the models, not the conversation.
+Plain means mode "baseline" (schema 1 also wrote "off"; the migration renamed it);
+every other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats:
+they describe the machine and the models, not the conversation.
 """
 
 from __future__ import annotations
@@ -20,31 +20,63 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat import metrics
+from specchat.metrics import COUNT_FIELDS, Counts
 
 from .db import transaction
+from .records import PLAIN_MODE, TASK_TAGS, normalize_mode
 
 if TYPE_CHECKING:
     from .chats import Store
     from .records import MessageStats
 
-PLAIN_MODES = ("off", "baseline")
-TASK_TAGS = ("code", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
+__all__ = ["PLAIN_MODE", "TASK_TAGS", "TaskRow", "record_run", "reset_task_stats", "task_table"]
 
 
 @dataclass(frozen=True, slots=True)
 class TaskRow:
+    """One tag's answers, pooled: the plain ones and the speculative ones apart."""
+
     tag: str
-    answers: int  # finished answers with a measurable decode phase
-    plain_answers: int
+    plain_answers: int  # finished answers with a measurable decode phase
     speculative_answers: int
-    tokens: int  # tokens emitted, all modes
-    drafted: int  # speculative answers only
-    accepted: int
-    token_acceptance: float | None  # None: nothing drafted yet
-    sequence_acceptance: float | None  # None: no round had a draft
-    plain_tok_s: float | None  # None: no plain answer yet
-    speculative_tok_s: float | None  # None: no speculative answer yet
-    multiplier: float | None  # None if either speed is missing
+    plain: Counts  # the plain answers' counts, summed
+    speculative: Counts  # the speculative answers' counts, summed
+
+    @property
+    def answers(self) -> int:
+        return self.plain_answers + self.speculative_answers
+
+    @property
+    def tokens(self) -> int:  # tokens emitted, all modes
+        return self.plain.tokens + self.speculative.tokens
+
+    @property
+    def drafted(self) -> int:
+        return self.speculative.drafted
+
+    @property
+    def accepted(self) -> int:
+        return self.speculative.accepted
+
+    @property
+    def token_acceptance(self) -> float | None:  # None: nothing drafted yet
+        return self.speculative.token_acceptance
+
+    @property
+    def sequence_acceptance(self) -> float | None:  # None: no round had a draft
+        return self.speculative.sequence_acceptance
+
+    @property
+    def plain_tok_s(self) -> float | None:  # None: no plain answer yet
+        return self.plain.decode_tok_s
+
+    @property
+    def speculative_tok_s(self) -> float | None:  # None: no speculative answer yet
+        return self.speculative.decode_tok_s
+
+    @property
+    def multiplier(self) -> float | None:  # None if either speed is missing
+        return metrics.multiplier(self.speculative_tok_s, self.plain_tok_s)
 
 
 def record_run(
@@ -59,28 +91,19 @@ def record_run(
 ) -> bool:
     """Add one answer's counts (inside the caller's transaction); False if unmeasurable.
 
-    An answer with fewer than two tokens or no decode time has no decode speed, and
-    would only dilute the totals.
+    An answer without a decode phase (fewer than two tokens, or no decode time) has no
+    decode speed, and would only dilute the totals.
     """
-    if stats.tokens < 2 or stats.decode_s <= 0:
+    counts = stats.counts
+    if counts.decoded < 1 or counts.decode_s <= 0:
         return False
+    columns = ", ".join(COUNT_FIELDS)
+    marks = ", ".join("?" * len(COUNT_FIELDS))
     conn.execute(
-        "INSERT INTO task_runs (message_id, tag, mode, target, draft, tokens, decode_s, drafted, accepted,"
-        " rounds_with_draft, rounds_fully_accepted, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            message_id,
-            tag,
-            stats.mode or "off",
-            str(target) if target else None,
-            str(draft) if draft else None,
-            stats.tokens,
-            stats.decode_s,
-            stats.drafted,
-            stats.accepted,
-            stats.rounds_with_draft,
-            stats.rounds_fully_accepted,
-            created_at,
-        ),
+        f"INSERT INTO task_runs (message_id, tag, mode, target, draft, created_at, {columns})"
+        f" VALUES (?, ?, ?, ?, ?, ?, {marks})",
+        (message_id, tag, normalize_mode(stats.mode) or PLAIN_MODE, str(target) if target else None,
+         str(draft) if draft else None, created_at, *(getattr(counts, f) for f in COUNT_FIELDS)),
     )
     return True
 
@@ -92,48 +115,27 @@ def task_table(store: Store, *, target: Path | str | None = None) -> list[TaskRo
     should pass the current ``target`` to get a multiplier for the model in use; without
     it every answer is counted.
     """
-    sql = (
-        "SELECT tag, mode IN (?, ?) AS plain, count(*) AS answers, sum(tokens) AS tokens,"
-        " sum(tokens - 1) AS decoded, sum(decode_s) AS decode_s, sum(drafted) AS drafted,"
-        " sum(accepted) AS accepted, sum(rounds_with_draft) AS rwd, sum(rounds_fully_accepted) AS rfa"
-        " FROM task_runs"
-    )
-    params: list[object] = list(PLAIN_MODES)
+    sums = ", ".join(f"sum({f}) AS {f}" for f in COUNT_FIELDS)
+    sql = f"SELECT tag, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs"
+    params: list[object] = [PLAIN_MODE]
     if target is not None:
         sql += " WHERE target = ?"
         params.append(str(target))
     sql += " GROUP BY tag, plain"
-    by_tag: dict[str, dict[bool, sqlite3.Row]] = {}
+    by_tag: dict[str, dict[bool, tuple[int, Counts]]] = {}
     for row in store.connection.execute(sql, params).fetchall():
-        by_tag.setdefault(row["tag"], {})[bool(row["plain"])] = row
+        counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
+        by_tag.setdefault(row["tag"], {})[bool(row["plain"])] = (row["answers"], counts)
 
     def order(tag: str) -> tuple[int, str]:
         return (TASK_TAGS.index(tag), "") if tag in TASK_TAGS else (len(TASK_TAGS), tag.casefold())
 
+    none = (0, Counts())
     table = []
     for tag in sorted(by_tag, key=order):
-        plain, spec = by_tag[tag].get(True), by_tag[tag].get(False)
-        plain_tok_s = _tok_s(plain)
-        spec_tok_s = _tok_s(spec)
-        drafted = spec["drafted"] if spec else 0
-        accepted = spec["accepted"] if spec else 0
-        rwd = spec["rwd"] if spec else 0
-        table.append(
-            TaskRow(
-                tag=tag,
-                answers=(plain["answers"] if plain else 0) + (spec["answers"] if spec else 0),
-                plain_answers=plain["answers"] if plain else 0,
-                speculative_answers=spec["answers"] if spec else 0,
-                tokens=(plain["tokens"] if plain else 0) + (spec["tokens"] if spec else 0),
-                drafted=drafted,
-                accepted=accepted,
-                token_acceptance=metrics.token_acceptance(accepted, drafted),
-                sequence_acceptance=metrics.sequence_acceptance(spec["rfa"] if spec else 0, rwd),
-                plain_tok_s=plain_tok_s,
-                speculative_tok_s=spec_tok_s,
-                multiplier=metrics.multiplier(spec_tok_s, plain_tok_s),
-            )
-        )
+        (n_plain, plain), (n_spec, spec) = by_tag[tag].get(True, none), by_tag[tag].get(False, none)
+        table.append(TaskRow(tag=tag, plain_answers=n_plain, speculative_answers=n_spec, plain=plain,
+                             speculative=spec))
     return table
 
 
@@ -145,7 +147,3 @@ def reset_task_stats(store: Store, tag: str | None = None) -> int:
         else:
             cur = conn.execute("DELETE FROM task_runs WHERE tag = ?", (tag,))
     return cur.rowcount
-
-
-def _tok_s(row: sqlite3.Row | None) -> float | None:
-    return metrics.decode_tok_s(row["decoded"], row["decode_s"]) if row is not None else None

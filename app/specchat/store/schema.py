@@ -1,0 +1,173 @@
+"""The versioned schema: what each version adds, as forward migrations.
+
+``MIGRATIONS[n]`` turns version ``n - 1`` into version ``n`` (``db.migrate`` runs a
+version's steps in one transaction).  A step is an SQL statement or a function of the
+connection, for what SQL cannot say (rewriting JSON documents).  The steps are history:
+they spell out the shapes of their time instead of using today's classes, so that a
+later change to a record cannot change what an old migration does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+Step = str | Callable[[sqlite3.Connection], None]
+Migration = Sequence[Step]
+
+# Version 1: chats, messages (with streaming state, stats and token origins), app
+# settings, per-answer task runs.  AUTOINCREMENT on purpose: an id is never reused, so a
+# late write from a stale AnswerWriter (answer deleted by "regenerate" while it was
+# still streaming) can never land in the message that replaced it.
+_V1 = [
+    """CREATE TABLE chats (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,   -- last activity: drives the newest-first order
+        settings TEXT NOT NULL      -- JSON of ChatSettings: new fields need no migration
+    )""",
+    "CREATE INDEX chats_by_activity ON chats (updated_at DESC, id DESC)",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id INTEGER NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+        content TEXT NOT NULL DEFAULT '',
+        reasoning TEXT NOT NULL DEFAULT '',
+        origins TEXT NOT NULL DEFAULT '',   -- one 'd' (draft) or 't' (target) per token
+        state TEXT CHECK (state IS NULL OR state IN ('streaming', 'done', 'stopped', 'error')),
+        stats TEXT,                          -- JSON of MessageStats, NULL until finished
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX messages_by_chat ON messages (chat_id, id)",
+    "CREATE INDEX messages_streaming ON messages (state) WHERE state = 'streaming'",
+    """CREATE TABLE app_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL                  -- JSON
+    )""",
+    # Task runs outlive their chat (ON DELETE SET NULL): they are measurements of the
+    # machine and model pair, and deleting a conversation should not erase what was learnt.
+    """CREATE TABLE task_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER REFERENCES messages (id) ON DELETE SET NULL,
+        tag TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        target TEXT,
+        draft TEXT,
+        tokens INTEGER NOT NULL,
+        decode_s REAL NOT NULL,
+        drafted INTEGER NOT NULL,
+        accepted INTEGER NOT NULL,
+        rounds_with_draft INTEGER NOT NULL,
+        rounds_fully_accepted INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX task_runs_by_tag ON task_runs (tag, mode)",
+]
+
+# Version 2 ("one vocabulary"): every stored measurement is the additive counts of
+# specchat.metrics.Counts, plain decoding is called "baseline" everywhere, and an answer
+# remembers which characters of its text came from accepted draft tokens.
+_V2_REAL = {"prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s"}
+_V2_NEW_TASK_RUN_COLUMNS = ("decoded", "prompt_tokens", "reused_tokens", "rounds", "k_sum", "fallback_rounds",
+                            "prefill_s", "draft_s", "verify_s", "overhead_s")
+
+
+def v1_stats_to_v2(doc: dict) -> dict:
+    """A schema-1 MessageStats document (counts and ratios side by side) as schema 2's.
+
+    Counts schema 1 did not keep are rebuilt where its ratios allow it: K summed over the
+    rounds with a draft from mean K, prefill time from prefill tok/s; the first token of
+    an answer never counted for decode speed.  Others (fallback rounds) are 0: unknown.
+    """
+    def number(key: str) -> float:
+        value = doc.get(key)
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+    tokens = int(number("tokens"))
+    decode_s = float(number("decode_s"))
+    prompt_tokens = int(number("prompt_tokens"))
+    prefill_tok_s = float(number("prefill_tok_s"))
+    rounds_with_draft = int(number("rounds_with_draft"))
+    has_decode = tokens > 1 and decode_s > 0
+    counts = {
+        "tokens": tokens,
+        "decoded": tokens - 1 if has_decode else 0,
+        "prompt_tokens": prompt_tokens,
+        "reused_tokens": 0,  # schema 1's prefill tok/s counted the whole prompt
+        "drafted": int(number("drafted")),
+        "accepted": int(number("accepted")),
+        "rounds": int(number("rounds")),
+        "rounds_with_draft": rounds_with_draft,
+        "rounds_fully_accepted": int(number("rounds_fully_accepted")),
+        "k_sum": round(float(number("mean_k")) * rounds_with_draft),
+        "fallback_rounds": 0,
+        "prefill_s": prompt_tokens / prefill_tok_s if prompt_tokens > 0 and prefill_tok_s > 0 else 0.0,
+        "decode_s": decode_s if has_decode else 0.0,
+        "draft_s": float(number("draft_s")),
+        "verify_s": float(number("verify_s")),
+        "overhead_s": float(number("overhead_s")),
+    }
+    return {
+        "counts": counts,
+        "mode": _v2_mode(doc.get("mode")),
+        "stop_reason": str(doc.get("stop_reason") or ""),
+        "fallbacks": [str(f) for f in doc.get("fallbacks") or ()],
+        "error": str(doc.get("error") or ""),
+    }
+
+
+def _v2_mode(mode: object) -> str:
+    text = str(mode or "").strip().lower()
+    return "baseline" if text == "off" else text
+
+
+def _v2_rewrite(conn: sqlite3.Connection) -> None:
+    """Messages' stats into counts, "off" into "baseline", task runs' missing counts filled in."""
+    counts_of: dict[int, dict] = {}
+    for row in conn.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL").fetchall():
+        try:
+            doc = json.loads(row[1])
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:  # left as it is: reading it gives "no stats", as it did before
+            log.warning("message %s: stats unreadable (%s), not migrated", row[0], exc)
+            continue
+        new = v1_stats_to_v2(doc)
+        counts_of[row[0]] = new["counts"]
+        conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(new, sort_keys=True), row[0]))
+
+    for row in conn.execute("SELECT id, settings FROM chats").fetchall():
+        try:
+            settings = json.loads(row[1])
+        except ValueError:
+            continue
+        if isinstance(settings, dict) and _v2_mode(settings.get("speculation")) != settings.get("speculation"):
+            settings["speculation"] = _v2_mode(settings["speculation"])
+            conn.execute("UPDATE chats SET settings = ? WHERE id = ?", (json.dumps(settings, sort_keys=True), row[0]))
+
+    conn.execute("UPDATE task_runs SET mode = 'baseline' WHERE mode = 'off'")
+    # schema 1 recorded only answers with two tokens or more and decode time
+    conn.execute("UPDATE task_runs SET decoded = max(tokens - 1, 0)")
+    for run_id, message_id in conn.execute("SELECT id, message_id FROM task_runs").fetchall():
+        counts = counts_of.get(message_id)
+        if counts is not None:  # the answer is still there: take what its stats knew
+            sets = ", ".join(f"{c} = ?" for c in _V2_NEW_TASK_RUN_COLUMNS if c != "decoded")
+            conn.execute(f"UPDATE task_runs SET {sets} WHERE id = ?",
+                         (*(counts[c] for c in _V2_NEW_TASK_RUN_COLUMNS if c != "decoded"), run_id))
+
+
+_V2: list[Step] = [
+    # run-length spans over content: "t12d5t3" = 12 characters the target wrote, 5 from accepted
+    # draft tokens, 3 the target's (records.parse_spans); '' for answers written before
+    "ALTER TABLE messages ADD COLUMN content_spans TEXT NOT NULL DEFAULT ''",
+    *(f"ALTER TABLE task_runs ADD COLUMN {c} {'REAL' if c in _V2_REAL else 'INTEGER'} NOT NULL DEFAULT 0"
+      for c in _V2_NEW_TASK_RUN_COLUMNS),
+    _v2_rewrite,
+]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2}
