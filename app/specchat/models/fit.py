@@ -11,6 +11,13 @@ interleaved layout for its SIMD kernels: a second copy next to the mapped file
 (measured here: 596.5 MiB "CPU_REPACK" for the 1.5B Qwen, exactly its 2-D Q4_K
 tensors other than the token embeddings).  The estimate counts it for
 CPU-resident weights.
+
+Before a file is downloaded only its size is known (the catalog).
+:func:`estimate_from_size` turns a size into the same :class:`ModelMemory` with the
+header-dependent terms taken from ratios measured on real headers, and
+:func:`fit_sizes` gives the same kind of verdict as :func:`fit_pair` (it *is*
+``fit_pair``), so the Models dialog and the header estimate never disagree by
+construction: only by how far the ratios are from the real file.
 """
 
 from __future__ import annotations
@@ -96,15 +103,32 @@ def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_out
 @dataclass(frozen=True, slots=True)
 class FitVerdict:
     fits: bool
-    gpu_layers: int | None  # None: CPU only
+    # -1: every layer on the GPU; N > 0: N target layers on it; 0: CPU only although there is a GPU;
+    # None: CPU only without a GPU, or a size-only estimate that cannot count layers
+    gpu_layers: int | None
     summary: str  # one line for the user
     models: tuple[ModelMemory, ...] = field(default_factory=tuple)
     available: int = 0
-    device: str = "RAM"
+    device: str = "RAM"  # where the bulk goes: "VRAM" (all or part on the GPU) or "RAM"
 
     @property
     def needed(self) -> int:
         return sum(m.total for m in self.models)
+
+    @property
+    def where(self) -> str:
+        """"gpu" (all of it), "partial" (part of the target on the GPU), "cpu", or "none" (does not fit)."""
+        if not self.fits:
+            return "none"
+        if self.device == "VRAM":
+            return "gpu" if self.gpu_layers == -1 else "partial"
+        return "cpu"
+
+    @property
+    def label(self) -> str:
+        """A few words for a table cell."""
+        return {"gpu": "fits on the GPU", "partial": "partly on the GPU", "cpu": "CPU only",
+                "none": "does not fit"}[self.where]
 
 
 def _gb(n: float) -> str:
@@ -128,6 +152,12 @@ def fit_pair(models: list[ModelMemory], *, free_vram: int | None, free_ram: int,
         # offload as many target layers (weights + their KV) as fit next to the target's compute
         # buffer; the draft, the embeddings and the other layers stay in RAM
         target = models[0]
+        if not target.n_layers:  # a size-only estimate: no layer count, offload by bytes
+            on_gpu = max(0, min(usable - target.compute, target.weights + target.kv_cache))
+            ram_need = need - on_gpu - (target.compute if on_gpu else 0)
+            if on_gpu > 0 and ram_need <= free_ram * (1 - margin):
+                return FitVerdict(True, None, f"fits with part of the target on the GPU ({_gb(free_vram)} VRAM "
+                                  f"free; about {_gb(ram_need)} in RAM)", tuple(models), free_vram, "VRAM")
         layer = target.layer_bytes()
         n = max(0, min(target.n_layers, (usable - target.compute) // layer if layer else 0))
         ram_need = need - n * layer - (target.compute if n else 0)
@@ -171,3 +201,42 @@ def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) ->
         out.append(estimate_model(h, n_ctx=n_ctx, flash_attn=flash_attn, n_outputs=16 if i == 0 else 1,
                                   name=Path(p).name))
     return out
+
+
+# Size-only estimate (a catalog file not downloaded yet).  Ratios from the headers of the
+# catalog's own models at 4096 tokens (estimate_model): KV cache / weights 0.05 (Qwen2.5 7B),
+# 0.075 (Qwen3 14B), 0.10 (Qwen2.5 0.5B, 1.5B), 0.11 (Llama 3 8B), 0.12 (Qwen3 8B): take the
+# top, so a pair is never promised memory it lacks.  Compute buffers: 77 MiB (1.5B) to
+# 131 MiB (8B), about 64 MiB + 2% of the weights.  CPU repack: 596.5 MiB of the 1.5B's
+# 1065 MiB (Q4_K_M) was repacked, 0.56; Q4_0 and IQ4_NL files are repacked almost whole.
+SIZE_KV_SHARE_AT_4K = 0.12
+SIZE_COMPUTE_FIXED = 64 * 1024**2
+SIZE_COMPUTE_SHARE = 0.02
+SIZE_REPACK_SHARE = {"q4_0": 0.9, "iq4_nl": 0.9, "q4_k": 0.6}  # by the quantization in the file name
+_QUANT = re.compile(r"(?i)(?:^|[^a-z0-9])(i?q\d+_[a-z0-9]+)")
+
+
+def _repack_share(filename: str) -> float:
+    for m in _QUANT.finditer(Path(filename).stem):
+        q = m.group(1).lower()
+        for prefix, share in SIZE_REPACK_SHARE.items():
+            if q == prefix or q.startswith(prefix + "_"):
+                return share
+    return 0.0
+
+
+def estimate_from_size(name: str, size: int, *, n_ctx: int = 4096) -> ModelMemory:
+    """The memory of a GGUF file known only by name and size: weights = the file size, the KV cache,
+    compute and CPU repack terms from the ratios above.  ``n_layers`` is 0: the layer count is
+    unknown, so :func:`fit_pair` offloads it by bytes instead of by layers."""
+    kv = int(size * SIZE_KV_SHARE_AT_4K * n_ctx / 4096)
+    compute = int(SIZE_COMPUTE_FIXED + SIZE_COMPUTE_SHARE * size)
+    return ModelMemory(name, size, 0, 0, kv, compute, int(size * _repack_share(name)))
+
+
+def fit_sizes(files: list[tuple[str, int]], *, free_vram: int | None, free_ram: int, n_ctx: int = 4096,
+              margin: float = 0.10) -> FitVerdict:
+    """:func:`fit_pair` for files known only by (file name, size in bytes), target first: the
+    Models dialog's verdict for catalog pairs that are not downloaded yet."""
+    return fit_pair([estimate_from_size(n, s, n_ctx=n_ctx) for n, s in files], free_vram=free_vram,
+                    free_ram=free_ram, margin=margin)

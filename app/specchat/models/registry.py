@@ -1,8 +1,18 @@
-"""What is installed, and which pairs were proven compatible.
+"""What is installed, which pairs were proven compatible, and the last pair used.
 
-A small JSON file under the platformdirs data dir.  Every record keeps the
-file's size and mtime, so a result goes stale by itself when the file changes
-(re-downloaded, replaced, truncated) and is checked again.
+A small JSON file in the profile's data dir (``Profile.registry``).  Every record
+keeps the file's size and mtime, so a result goes stale by itself when the file
+changes (re-downloaded, replaced, truncated) and is checked again.
+
+Several processes share the file (the app, ``specchat models pull`` in a terminal,
+a second window of another profile does not): every change re-reads the file,
+applies itself and writes the result atomically, all under a file lock, so a
+``Registry`` opened long ago never overwrites another process's import.  Reads pick
+up the file again when it changed on disk.
+
+A damaged file (not JSON, not UTF-8, the wrong shape, a newer version) raises
+:class:`RegistryError` and is never rewritten: the user moves it aside and the next
+import starts a new one.
 """
 
 from __future__ import annotations
@@ -10,13 +20,21 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from specchat.profile import Profile, write_text_atomically
 
 from .compatibility import PairCompatibility, check_pair
 from .gguf_header import validate_file
 
 REGISTRY_VERSION = 1
+LOCK_TIMEOUT_S = 10.0
+
+
+class RegistryError(Exception):
+    """The registry file cannot be used; one line naming the file and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,37 +56,123 @@ class InstalledModel:
         return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
 
 
-def default_registry_path() -> Path:
-    from platformdirs import user_data_dir
+_MODEL_TYPES = {"path": str, "size": int, "mtime_ns": int, "name": str, "architecture": str, "n_vocab": int,
+                "source": str, "added": (int, float)}
+_REQUIRED = {f.name for f in fields(InstalledModel)} - {"source", "added"}
+_PAIR_TYPES = {"target": str, "draft": str, "compatible": bool, "reason": str, "stamps": list}
 
-    return Path(user_data_dir("specchat")) / "registry.json"
+
+def default_registry_path() -> Path:
+    return Profile.default().registry
+
+
+def _shape_error(doc: object) -> str | None:
+    """What is wrong with a parsed registry, or None."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    version = doc.get("version", REGISTRY_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return "'version' is not a number"
+    if version > REGISTRY_VERSION:
+        return f"written by a newer SpecChat (version {version})"
+    models, pairs = doc.get("models", {}), doc.get("pairs", {})
+    if not isinstance(models, dict) or not isinstance(pairs, dict):
+        return "'models' and 'pairs' must be objects"
+    for key, m in models.items():
+        if not isinstance(m, dict) or not m.keys() >= _REQUIRED:
+            return f"model {key!r} lacks fields"
+        for name, kind in _MODEL_TYPES.items():
+            if name in m and (not isinstance(m[name], kind) or isinstance(m[name], bool)):
+                return f"model {key!r}: bad '{name}'"
+    for key, p in pairs.items():
+        if not isinstance(p, dict) or any(not isinstance(p.get(n), t) for n, t in _PAIR_TYPES.items()):
+            return f"pair {key!r} is malformed"
+    last = doc.get("last_pair")
+    if last is not None and not (isinstance(last, dict) and isinstance(last.get("target"), str)
+                                 and isinstance(last.get("draft"), str | None)):
+        return "'last_pair' is malformed"
+    return None
 
 
 class Registry:
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or default_registry_path()
-        self._models: dict[str, dict] = {}
-        self._pairs: dict[str, dict] = {}
-        if self.path.exists():
-            try:
-                doc = json.loads(self.path.read_text(encoding="utf-8"))
-                self._models = doc.get("models", {})
-                self._pairs = doc.get("pairs", {})
-            except (OSError, ValueError):
-                # a damaged registry is rebuilt from the files themselves; never block the app on it
-                self._models, self._pairs = {}, {}
+    """The registry file of one profile.  Every method may raise :class:`RegistryError`."""
 
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": REGISTRY_VERSION, "models": self._models, "pairs": self._pairs},
-                                  indent=1), encoding="utf-8")
-        os.replace(tmp, self.path)
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_registry_path()
+        self._doc: dict = {}
+        self._stamp: tuple[int, int, int] | None = None
+        self._refresh()
+
+    # -- the file ---------------------------------------------------------------
+
+    def _damaged(self, why: str) -> RegistryError:
+        return RegistryError(f"{self.path}: damaged registry ({why}); move it aside and SpecChat starts a new one "
+                             "(re-import your models with 'specchat models import')")
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _read(self) -> tuple[dict, tuple[int, int, int] | None]:
+        """The file as a dict (empty when there is none) and its stamp; RegistryError when damaged."""
+        stamp = self._file_stamp()
+        if stamp is None:
+            return {}, None
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise self._damaged(f"not UTF-8 at byte {exc.start}") from None
+        except ValueError as exc:
+            raise self._damaged(f"not JSON: {exc}") from None
+        why = _shape_error(doc)
+        if why:
+            raise self._damaged(why)
+        return doc, stamp
+
+    def _refresh(self) -> None:
+        """Read the file again if it changed on disk since we last saw it."""
+        if self._stamp is None or self._file_stamp() != self._stamp:
+            self._doc, self._stamp = self._read()
+
+    def _update(self, change: Callable[[dict], object]) -> object:
+        """Re-read, apply ``change`` to the document, write it atomically: all under the lock."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT_S)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with lock:
+                doc, _ = self._read()
+                doc.setdefault("models", {})
+                doc.setdefault("pairs", {})
+                result = change(doc)
+                doc["version"] = REGISTRY_VERSION
+                write_text_atomically(self.path, json.dumps(doc, indent=1))
+                self._doc, self._stamp = doc, self._file_stamp()
+        except Timeout:
+            raise RegistryError(f"{self.path}: busy: another process holds {lock.lock_file}") from None
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+        return result
 
     # -- models -----------------------------------------------------------------
 
     def add(self, path: str | Path, *, source: str = "") -> InstalledModel:
-        """Validate a GGUF file (magic, version, metadata, complete tensor data) and record it."""
+        """Validate a GGUF file (magic, version, metadata, complete tensor data) and record it.
+
+        GGUFError for a bad file (nothing recorded), RegistryError for a damaged registry.
+        """
         path = Path(path).resolve()
         header = validate_file(path)
         st = path.stat()
@@ -78,23 +182,65 @@ class Registry:
             name=str(header.get("general.name", path.stem)), architecture=header.architecture,
             n_vocab=len(tokens) if isinstance(tokens, list) else 0, source=source, added=time.time(),
         )
-        self._models[str(path)] = asdict(model)
-        self._save()
-        return model
+
+        def change(doc: dict) -> None:
+            old = doc["models"].get(str(path), {})
+            record = asdict(model)
+            if not source and old.get("source"):  # re-importing a pulled file keeps where it came from
+                record["source"] = old["source"]
+            doc["models"][str(path)] = record
+
+        self._update(change)
+        return InstalledModel(**{k: v for k, v in self._doc["models"][str(path)].items() if k in _MODEL_TYPES})
 
     def models(self) -> list[InstalledModel]:
-        return [InstalledModel(**m) for m in self._models.values()]
+        self._refresh()
+        return [InstalledModel(**{k: v for k, v in m.items() if k in _MODEL_TYPES})
+                for m in self._doc.get("models", {}).values()]
 
     def remove(self, path: str | Path) -> None:
         key = str(Path(path).resolve())
-        self._models.pop(key, None)
-        self._pairs = {k: v for k, v in self._pairs.items() if key not in (v["target"], v["draft"])}
-        self._save()
+
+        def change(doc: dict) -> None:
+            doc["models"].pop(key, None)
+            doc["pairs"] = {k: v for k, v in doc["pairs"].items() if key not in (v["target"], v["draft"])}
+
+        self._update(change)
+
+    def find(self, name: str) -> list[InstalledModel]:
+        """Installed models called ``name``: their registry name or their file name without '.gguf'."""
+        return [m for m in self.models() if name in (m.name, Path(m.path).stem)]
+
+    def by_source(self, source: str) -> list[InstalledModel]:
+        """Installed copies of a hub file ('owner/repo/file.gguf'), unchanged on disk ones first."""
+        found = [m for m in self.models() if m.source == source]
+        return sorted(found, key=lambda m: not m.is_current())
+
+    # -- the last pair used -------------------------------------------------------
+
+    def last_pair(self) -> tuple[Path, Path | None] | None:
+        """(target, draft or None) of the pair loaded last (by the app, 'chat' or 'bench'), or None."""
+        self._refresh()
+        last = self._doc.get("last_pair")
+        if not last:
+            return None
+        return Path(last["target"]), (Path(last["draft"]) if last.get("draft") else None)
+
+    def set_last_pair(self, target: str | Path, draft: str | Path | None) -> None:
+        record = {"target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()) if draft else None}
+        self._refresh()
+        if self._doc.get("last_pair") == record:
+            return
+
+        def change(doc: dict) -> None:
+            doc["last_pair"] = record
+
+        self._update(change)
 
     # -- pairs ------------------------------------------------------------------
 
     @staticmethod
-    def _stamp(path: str) -> list[int]:
+    def _stamp_of(path: str) -> list[int]:
         st = os.stat(path)
         return [st.st_size, st.st_mtime_ns]
 
@@ -102,18 +248,23 @@ class Registry:
         """The cached verdict while both files are unchanged; otherwise checked again (and cached)."""
         t, d = str(Path(target).resolve()), str(Path(draft).resolve())
         key = f"{t}\n{d}"
-        cached = self._pairs.get(key)
+        self._refresh()
+        cached = self._doc.get("pairs", {}).get(key)
         try:
-            stamps = [self._stamp(t), self._stamp(d)]
+            stamps = [self._stamp_of(t), self._stamp_of(d)]
         except OSError:
             stamps = None
         if cached and stamps and cached["stamps"] == stamps:
             return PairCompatibility(cached["compatible"], cached["reason"])
         verdict = check_pair(t, d)
         if stamps:
-            self._pairs[key] = {"target": t, "draft": d, "compatible": verdict.compatible,
-                                "reason": verdict.reason, "stamps": stamps}
-            self._save()
+            entry = {"target": t, "draft": d, "compatible": verdict.compatible, "reason": verdict.reason,
+                     "stamps": stamps}
+
+            def change(doc: dict) -> None:
+                doc["pairs"][key] = entry
+
+            self._update(change)
         return verdict
 
     def drafts_for(self, target: str | Path) -> list[tuple[InstalledModel, PairCompatibility]]:
