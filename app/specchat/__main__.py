@@ -1,43 +1,91 @@
 """Entry point: ``specchat`` opens the desktop app; ``specchat CMD ...`` runs a command.
 
-``--config FILE`` (anywhere before a command's own arguments) reads the settings from
-FILE instead of the config.toml in the platformdirs config dir, for the app and the
-commands alike.
+Two options for the app and the commands alike, taken out of the command line wherever
+they stand (before ``--``):
+
+- ``--profile DIR``: every file of the profile under DIR (DIR/config.toml, DIR/data,
+  DIR/cache; see :class:`specchat.profile.Profile`), so profiles can run side by side;
+- ``--config FILE``: the settings from FILE instead of the profile's config.toml.
+
+An unknown command is an error that lists the commands, never the app; the app is
+refused with one line, before Qt is imported, where there is no display to open it on.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-COMMANDS = ("chat", "bench", "models", "config", "-h", "--help", "--version")
+COMMANDS = ("chat", "bench", "models", "config")
+PARSER_OPTIONS = ("-h", "--help", "--version")  # answered by the command-line parser
+# Commands whose own options include --profile (the cost profile of 'specchat simulate',
+# DESIGN.md): after such a command word, --profile is theirs, not the profile dir.
+OWN_PROFILE_OPTION = ("simulate",)
 
 
-def split_config_flag(argv: list[str]) -> tuple[Path | None, list[str]]:
-    """Take ``--config FILE`` / ``--config=FILE`` out of argv (only before the command's prompt)."""
+def split_global_flags(argv: list[str]) -> tuple[Path | None, Path | None, list[str]]:
+    """Take ``--config FILE`` and ``--profile DIR`` (or ``--opt=VALUE``) out of argv.
+
+    Returns (config file, profile dir, the rest).  ValueError (one line) for an option
+    without its value.
+    """
+    found: dict[str, Path | None] = {"--config": None, "--profile": None}
+    what = {"--config": "a file", "--profile": "a directory"}
     rest: list[str] = []
-    path: Path | None = None
     it = iter(argv)
+    command_seen = False
     for arg in it:
         if arg == "--":
             rest += [arg, *it]
             break
-        if arg == "--config":
-            value = next(it, None)
-            if value is None or value.startswith("-"):
-                raise ValueError("--config needs a file")
-            path = Path(value)
-        elif arg.startswith("--config="):
-            path = Path(arg.split("=", 1)[1])
-        else:
-            rest.append(arg)
-    return path, rest
+        name, eq, value = arg.partition("=")
+        if name in found and not (name == "--profile" and command_seen and rest[0] in OWN_PROFILE_OPTION):
+            if not eq:
+                value = next(it, None)
+                if value is None or value.startswith("-"):
+                    raise ValueError(f"{name} needs {what[name]}")
+            if not value:
+                raise ValueError(f"{name} needs {what[name]}")
+            found[name] = Path(value).expanduser()
+            continue
+        rest.append(arg)
+        command_seen = command_seen or not arg.startswith("-")
+    return found["--config"], found["--profile"], rest
+
+
+def display_problem(environ: Mapping[str, str], platform: str) -> str | None:
+    """Why the desktop app cannot open a window here, or None.
+
+    Only on Linux and the other X11/Wayland systems (not macOS, not Windows), only when
+    Qt would use xcb or wayland (QT_QPA_PLATFORM unset, or naming only those): then
+    DISPLAY or WAYLAND_DISPLAY must be set, or Qt aborts the process.
+    """
+    if platform.startswith(("win", "darwin")):
+        return None
+    wanted = [p.split(":", 1)[0].strip().lower() for p in environ.get("QT_QPA_PLATFORM", "").split(";")]
+    wanted = [p for p in wanted if p]
+    if any(not p.startswith(("xcb", "wayland")) for p in wanted):
+        return None  # offscreen, minimal, eglfs, vnc, ...: no display server needed
+    if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display to open the app on (neither DISPLAY nor WAYLAND_DISPLAY is set): use the terminal "
+            f"commands ({', '.join(COMMANDS)}; 'specchat --help'), or set QT_QPA_PLATFORM=offscreen")
+
+
+def unknown_command(word: str) -> str:
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return (f"unknown command '{word}' ({hint}commands: {', '.join(COMMANDS)}; "
+            "'specchat' alone opens the app)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        config_path, argv = split_config_flag(argv)
+        config_path, profile_dir, argv = split_global_flags(argv)
     except ValueError as exc:
         print(f"specchat: {exc}", file=sys.stderr)
         return 2
@@ -45,13 +93,27 @@ def main(argv: list[str] | None = None) -> int:
         from specchat.ui.self_test import run_self_test
 
         return run_self_test(argv[1:])
-    if not argv or argv[0] not in COMMANDS:
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        print(f"specchat: {unknown_command(argv[0])}", file=sys.stderr)
+        return 2
+
+    from specchat.profile import Profile
+
+    if profile_dir is not None and profile_dir.exists() and not profile_dir.is_dir():
+        print(f"specchat: --profile {profile_dir}: not a directory", file=sys.stderr)
+        return 2
+    profile = Profile.at(profile_dir) if profile_dir is not None else Profile.default()
+    if not argv:
+        problem = display_problem(os.environ, sys.platform)
+        if problem:
+            print(f"specchat: {problem}", file=sys.stderr)
+            return 2
         from specchat.ui.app import run_app
 
-        return run_app(argv, config_path=config_path)
+        return run_app([], config_path=config_path, profile=profile)
     from specchat.cli import main as cli_main
 
-    return cli_main(argv, config_path=config_path)
+    return cli_main(argv, config_path=config_path, profile=profile)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
-from specchat.config import AppConfig, ConfigError, example_toml
+from specchat.config import BY_KEY, AppConfig, ConfigError, example_toml
+from specchat.profile import Profile
 
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPATIBLE = 3
@@ -37,24 +38,40 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _add_model_args(p: argparse.ArgumentParser, config: AppConfig, *, draft: bool = True) -> None:
-    """Model and decoding flags; their defaults come from the config file (``--config FILE``)."""
-    target = config.model_path("target")
-    p.add_argument("--target", required=target is None, default=target, type=Path,
-                   help="target GGUF file" + (f" (default from the config: {target})" if target else ""))
-    if draft:
-        d = config.model_path("draft")
-        p.add_argument("--draft", type=Path, default=d,
-                       help="draft GGUF file (same tokenizer as the target)" + (f"; default {d}" if d else ""))
-    p.add_argument("--ctx", type=_positive_int, default=config["n_ctx"],
+def _setting(key: str):
+    """An argparse type checked like the config's ``key`` (one range for the flag and the file)."""
+    def parse(text: str) -> int:
+        try:
+            return int(BY_KEY[key].check(int(text)))
+        except ValueError as exc:  # ConfigError is one
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1] if isinstance(exc, ConfigError)
+                                             else f"not a whole number: {text}") from None
+    parse.__name__ = key
+    return parse
+
+
+def _add_model_args(p: argparse.ArgumentParser, config: AppConfig) -> None:
+    """Model and decoding flags; defaults from the config file (``--config FILE``, ``--profile DIR``)."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--pair", metavar="ID",
+                       help="a catalog pair you pulled ('specchat models pull ID') or an installed model's name")
+    which.add_argument("--target", type=Path, metavar="FILE", help="target GGUF file")
+    p.add_argument("--draft", type=Path, metavar="FILE",
+                   help="draft GGUF file (same tokenizer as the target); default: the pair's draft")
+    p.epilog = ("Without --pair or --target: the target and draft set in config.toml, else the last pair "
+                "used (by the app, chat or bench).")
+    p.add_argument("--ctx", type=_setting("n_ctx"), default=None,
                    help=f"context size in tokens (default {config['n_ctx']})")
-    p.add_argument("--threads", type=int, default=config["threads"], help="CPU threads (0: physical cores)")
-    p.add_argument("--gpu-layers", type=int, default=config["gpu_layers"],
+    p.add_argument("--threads", type=_setting("threads"), default=None,
+                   help=f"CPU threads, 0: physical cores (default {config['threads']})")
+    p.add_argument("--gpu-layers", type=_setting("gpu_layers"), default=None,
                    help=f"target layers on the GPU (-1 all, 0 none; default {config['gpu_layers']})")
-    p.add_argument("--draft-gpu-layers", type=int, default=config["draft_gpu_layers"],
+    p.add_argument("--draft-gpu-layers", type=_setting("draft_gpu_layers"), default=None,
                    help=f"draft layers on the GPU (default {config['draft_gpu_layers']})")
-    p.add_argument("--k-max", type=_positive_int, default=config["k_max"],
+    p.add_argument("--k-max", type=_setting("k_max"), default=None,
                    help=f"longest draft (default {config['k_max']})")
+    p.add_argument("--no-fit-check", action="store_true",
+                   help="load even when the memory estimate says the pair cannot fit")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -74,8 +91,8 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="stream one answer in the terminal")
     _add_model_args(chat, config)
-    mode = {"off": "baseline"}.get(str(config["default_mode"]), str(config["default_mode"]))
-    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default=mode)
+    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default=str(config["default_mode"]),
+                      help=f"speculation (default {config['default_mode']}, from the config)")
     chat.add_argument("--system", default=None, help="system prompt")
     chat.add_argument("--max-tokens", type=_positive_int, default=512)
     chat.add_argument("--reasoning", choices=["on", "off"], default=None,
@@ -126,25 +143,35 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _pair_config(args: argparse.Namespace):
-    from platformdirs import user_cache_dir
+def _models(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """(target, draft) from --pair, --target/--draft or the default pair."""
+    from specchat.pair_loading import PairError, default_pair, resolve_pair
 
-    from specchat.engine.pair import PairConfig
-    from specchat.engine.runtime import ModelOptions
-    for path in (args.target, getattr(args, "draft", None)):
-        if path is not None and not path.is_file():
-            raise CliError(f"{path}: no such file")
-    config: AppConfig = getattr(args, "config", None) or AppConfig.defaults()
-    c = config.controller()  # thresholds, K bounds, p_min from the config; --k-max wins
-    controller = replace(c, k_max=args.k_max, k_min=min(c.k_min, args.k_max))
-    topts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
-    dl = args.draft_gpu_layers if args.draft_gpu_layers is not None else args.gpu_layers
-    dopts = ModelOptions(n_ctx=args.ctx, n_gpu_layers=dl, n_threads=args.threads)
-    return PairConfig(
-        target=args.target, draft=getattr(args, "draft", None), target_options=topts, draft_options=dopts,
-        controller=controller,
-        calibration_cache=Path(user_cache_dir("specchat")) / "calibration.json",
-    )
+    config: AppConfig = args.config
+    try:
+        if args.pair:
+            target, draft = resolve_pair(args.pair, args.profile)
+        elif args.target:
+            target, draft = args.target, None
+        else:
+            found = default_pair(config, args.profile)
+            if found is None:
+                raise CliError(f"no model given: --pair ID, --target FILE, or set target in {config.path}")
+            target, draft = found
+    except PairError as exc:
+        raise CliError(str(exc)) from None
+    return target, (args.draft if args.draft is not None else draft)
+
+
+def _pair_config(args: argparse.Namespace):
+    from specchat.pair_loading import PairError, pair_config
+
+    try:
+        return pair_config(args.config, args.profile, args.target, args.draft, n_ctx=args.ctx,
+                           threads=args.threads, gpu_layers=args.gpu_layers,
+                           draft_gpu_layers=args.draft_gpu_layers, k_max=args.k_max)
+    except (PairError, ConfigError) as exc:
+        raise CliError(str(exc)) from None
 
 
 def _sampling(args: argparse.Namespace):
@@ -160,15 +187,29 @@ def _sampling(args: argparse.Namespace):
 
 
 def _load_pair(args: argparse.Namespace):
+    """Resolve the pair (sets ``args.target`` / ``args.draft``), check it fits, load it, remember it."""
     from specchat.engine.pair import IncompatiblePair, SpeculativePair
     from specchat.engine.runtime import LlamaError
+    from specchat.models.registry import RegistryError
+    from specchat.pair_loading import fit_problem, record_last_pair
 
+    args.target, args.draft = _models(args)
+    config = _pair_config(args)
+    if not args.no_fit_check:
+        problem = fit_problem(config)
+        if problem:
+            raise CliError(f"{problem} (--no-fit-check loads it anyway)")
     try:
-        return SpeculativePair(_pair_config(args))
+        pair = SpeculativePair(config)
     except IncompatiblePair as exc:
         raise CliError(str(exc), EXIT_INCOMPATIBLE) from None
     except LlamaError as exc:
         raise CliError(str(exc)) from None
+    try:
+        record_last_pair(args.profile, config.target, config.draft)
+    except RegistryError as exc:
+        print(f"specchat: note: not remembered as the last pair: {exc}", file=sys.stderr)
+    return pair
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -228,13 +269,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(f"bad --modes '{args.modes}' (choose from baseline, draft, lookup, auto)") from None
     if not modes:
         raise CliError("--modes is empty")
-    if Mode.DRAFT in modes and args.draft is None:
-        raise CliError("mode 'draft' needs --draft")
     try:
         prompts = load_suite(args.suite)
     except SuiteError as exc:
         raise CliError(str(exc)) from None
     sampling = _sampling(args)
+    if Mode.DRAFT in modes and _models(args)[1] is None:
+        raise CliError("mode 'draft' needs a draft model: --draft FILE, or a pair with one")
     pair = _load_pair(args)
     with pair:
         info = backend_info()
@@ -290,20 +331,27 @@ def cmd_config(args: argparse.Namespace) -> int:
         return 0
     config: AppConfig = args.config
     where = str(config.path) + ("" if config.path.exists() else " (not there: all defaults)")
+    profile = args.profile
     print(f"# settings in force, from {where}")
+    print(f"# data: {profile.data_dir}  cache: {profile.cache_dir}")
     for key, value in config.values.items():
         print(f"{key} = {json.dumps(value)}")
     return 0
 
 
-def main(argv: list[str] | None = None, *, config_path: Path | None = None) -> int:
+def main(argv: list[str] | None = None, *, config_path: Path | None = None,
+         profile: Profile | None = None) -> int:
+    """Run one command.  ``profile``: the user's files (default: the platformdirs profile);
+    ``config_path`` (``--config FILE``) replaces its settings file and must exist."""
     try:
+        profile = (profile or Profile.default()).with_config_file(config_path)
         try:
-            config = AppConfig(config_path, must_exist=config_path is not None)
+            config = AppConfig(profile.config_file, must_exist=config_path is not None)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
         args = build_parser(config).parse_args(argv)
         args.config = config
+        args.profile = profile
         if args.command == "config":
             return cmd_config(args)
         if args.command == "chat":
@@ -320,3 +368,12 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None) -> i
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        # a damaged registry, user catalog or config found mid-command: one line, exit 2
+        from specchat.models.catalog import CatalogError
+        from specchat.models.registry import RegistryError
+
+        if isinstance(exc, RegistryError | CatalogError | ConfigError):
+            print(f"specchat: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise

@@ -30,19 +30,25 @@ def _gb(n: int | None) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    pairs = load_catalog()
-    installed = Registry().models()
+    pairs = load_catalog(args.profile.user_catalog)
+    installed = Registry(args.profile.registry).models()
+    have = {m.source for m in installed if m.source and m.is_current()}
+
+    def downloaded(p) -> bool:
+        return p.target.ref in have and (not p.drafts or any(d.ref in have for d in p.drafts))
+
     if args.json:
         print(json.dumps({
             "pairs": [{"id": p.id, "name": p.name, "target": p.target.ref, "drafts": [d.ref for d in p.drafts],
-                       "size": p.size, "licence": p.licence, "gated": p.gated, "task": p.task, "user": p.user}
+                       "size": p.size, "licence": p.licence, "gated": p.gated, "task": p.task, "user": p.user,
+                       "downloaded": downloaded(p)}
                       for p in pairs],
             "installed": [asdict(m) | {"current": m.is_current()} for m in installed],
         }, indent=1))
         return 0
-    print("Catalog (specchat models pull ID):")
+    print("Catalog (specchat models pull ID; then specchat chat --pair ID):")
     for p in pairs:
-        mark = " [yours]" if p.user else ""
+        mark = (" [yours]" if p.user else "") + (" [downloaded]" if downloaded(p) else "")
         print(f"  {p.id:<20} {_gb(p.size):>8}  {p.name}{mark}")
         if p.gated:
             print(f"  {'':<20} {'':>8}  note: {p.gated}")
@@ -77,12 +83,13 @@ def cmd_pull(args: argparse.Namespace) -> int:
         if args.pair.endswith(".gguf"):
             files = [CatalogModel.parse(args.pair)]
         else:
-            pair = find_pair(args.pair, load_catalog())
+            pair = find_pair(args.pair, load_catalog(args.profile.user_catalog))
             if pair.drafts and not 0 <= args.draft_index < len(pair.drafts):
                 raise CliError(f"{pair.id} has {len(pair.drafts)} draft(s); --draft-index out of range")
-            files = [pair.target] + ([pair.drafts[args.draft_index]] if pair.drafts else [])
+            files = list(pair.files(args.draft_index))
     except CatalogError as exc:
         raise CliError(str(exc)) from None
+    registry = Registry(args.profile.registry)  # a damaged registry stops us before the download
     try:
         if len(files) == 2 and not args.no_check:
             verdict, fetched = check_remote_pair(files[0].hub_file(), files[1].hub_file())
@@ -95,15 +102,16 @@ def cmd_pull(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
         raise CliError(str(exc)) from None
     print(file=sys.stderr)
-    registry = Registry()
     for f, path in zip(files, paths, strict=True):
         registry.add(path, source=f.ref)
         print(path)
+    if not args.pair.endswith(".gguf"):
+        print(f"ready: specchat chat --pair {args.pair} \"...\"", file=sys.stderr)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    registry = Registry()
+    registry = Registry(args.profile.registry)
     failed = 0
     results = []
     for path in args.paths:
@@ -178,7 +186,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     try:
         target = CatalogModel.parse(args.target)
         drafts = [CatalogModel.parse(d) for d in args.draft]
-        path = add_user_pair(args.id, target, drafts, name=args.name, task=args.task)
+        path = add_user_pair(args.id, target, drafts, name=args.name, task=args.task,
+                             user_file=args.profile.user_catalog)
     except CatalogError as exc:
         raise CliError(str(exc)) from None
     print(f"added '{args.id}' to {path}")
