@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 
 from specchat.config import AppConfig
 from specchat.models.registry import Registry
+from specchat.profile import Profile
 from specchat.store import ChatSettings, open_store
 from specchat.ui.session import AppSession
 
@@ -36,10 +37,11 @@ class FakeApp:
     def store(self):
         return self.session.store
 
-    def start(self, qtbot) -> AppSession:
-        store = open_store(self.root / "chats.sqlite3")
-        self.session = AppSession(store, AppConfig(self.root / "config.toml"), Registry(self.root / "registry.json"),
-                                  calibration_cache=None, pair_factory=self.factory, nice=0)
+    def start(self, qtbot, *, window_state=None, pair_factory=None) -> AppSession:
+        profile = Profile.at(self.root)
+        store = open_store(profile.database)
+        self.session = AppSession(store, AppConfig(profile.config_file), Registry(profile.registry), profile=profile,
+                                  pair_factory=pair_factory or self.factory, nice=0, window_state=window_state)
         qtbot.addWidget(self.session.window)
         self.session.window.show()
         return self.session
@@ -64,7 +66,7 @@ class FakeApp:
 
     def add_chat(self, title: str = "New chat", **change) -> int:
         """A chat in the database before the app starts (or while it runs)."""
-        store = self.session.store if self.session else open_store(self.root / "chats.sqlite3")
+        store = self.session.store if self.session else open_store(Profile.at(self.root).database)
         try:
             return store.create_chat(title, self.settings(**change)).id
         finally:

@@ -21,7 +21,8 @@ SLOW = FakeSpec(answer_tokens=300, decode_s=0.004)  # about a second per answer:
 @pytest.fixture(autouse=True)
 def _no_qt_warnings(qtlog):
     yield
-    bad = [r.message for r in qtlog.records if r.type_name in ("QtWarningMsg", "QtCriticalMsg", "QtFatalMsg")]
+    bad = [r.message for r in qtlog.records if r.type_name in ("QtWarningMsg", "QtCriticalMsg", "QtFatalMsg")
+           and "propagateSizeHints" not in r.message]  # the offscreen platform's own note, not ours
     assert not bad, bad
 
 

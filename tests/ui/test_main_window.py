@@ -1,181 +1,143 @@
-"""The window driven as a person would, headless, on real models (SmolLM2 drafting for itself)."""
+"""The window driven as a person would, headless.
+
+Most flows run on the fake pair (tests/fakes.py, seconds); the last tests load real GGUF
+files (SmolLM2 drafting for itself, the Qwen pair) and are ``real_models``.
+"""
 
 from __future__ import annotations
 
-import pytest
-from PySide6.QtCore import Qt
+from app_driver import send, wait_idle
+from fakes import FakeSpec
+from PySide6.QtCore import QSettings, Qt
 
-from specchat.config import AppConfig
-from specchat.models.registry import Registry
-from specchat.store import ChatSettings, open_store
-from specchat.ui.main_window import MainWindow
-from specchat.workers.download import DownloadService
-from specchat.workers.generation import GenerationService
-
-pytestmark = pytest.mark.real_models
+from specchat.store import ChatSettings
+from specchat.workers.generation import load_pair
 
 
-@pytest.fixture
-def env(tmp_path):
-    return {"db": tmp_path / "chats.sqlite3", "registry": tmp_path / "registry.json",
-            "config": tmp_path / "config.toml"}
+def test_shift_enter_makes_a_newline_not_a_message(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    pane = app.start(qtbot).window.pane
+    pane.composer.setPlainText("line one")
+    pane.composer.moveCursor(pane.composer.textCursor().MoveOperation.End)
+    qtbot.keyClick(pane.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert pane.composer.toPlainText() == "line one\n"
+    assert app.store.messages(pane.chat_id) == []
 
 
-def make_window(qtbot, env, settings: ChatSettings | None = None):
-    store = open_store(env["db"])
-    if settings is not None and not store.list_chats():
-        store.create_chat("New chat", settings)
-    service = GenerationService()
-    downloads = DownloadService()
-    window = MainWindow(store, service, downloads, Registry(env["registry"]), AppConfig(env["config"]))
-    qtbot.addWidget(window)
-    window.show()
-    window._teardown = (service, store)
-    return window
-
-
-def close(window):
-    window.close()
-    service, store = window._teardown
-    service.shutdown()
-    store.close()
-
-
-def wait_loaded(qtbot, w):
-    qtbot.waitUntil(lambda: w.pair_info is not None, timeout=60_000)
-
-
-def send(qtbot, w, text, wait=True):
-    w.composer.setPlainText(text)
-    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
-    if wait:
-        qtbot.waitUntil(lambda: not w.generating, timeout=120_000)
-
-
-@pytest.fixture
-def small(smollm):
-    return ChatSettings(target=smollm, draft=smollm, speculation="draft", max_tokens=40)
-
-
-def test_send_streams_an_answer_with_a_footer_and_saves_it(qtbot, env, small):
-    w = make_window(qtbot, env, small)
-    wait_loaded(qtbot, w)
-    send(qtbot, w, "Count from 1 to 10.")
-    answer = w.conversation.messages[-1]
-    assert answer.role == "assistant" and "3" in answer.content
-    assert "tok/s" in answer.footer and "draft accepted" in answer.footer and "stop:" in answer.footer
-    stored = w.store.messages(w.chat_id)
-    assert [m.role for m in stored] == ["user", "assistant"]
-    assert stored[-1].content == answer.content and stored[-1].state == "done"
-    assert w.chat_list.item(0).text().startswith("Count from 1 to 10")  # the chat got a title
-    # the telemetry dock is open by default and plotted this answer's rounds
-    assert w.telemetry.isVisible()
-    w.telemetry.repaint_now()
-    assert len(w.telemetry.c_k.yData) == stored[-1].stats.rounds > 0
-    close(w)
-
-
-def test_shift_enter_makes_a_newline_not_a_message(qtbot, env, small):
-    w = make_window(qtbot, env, small)
-    w.composer.setPlainText("line one")
-    w.composer.moveCursor(w.composer.textCursor().MoveOperation.End)
-    qtbot.keyClick(w.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
-    assert w.composer.toPlainText() == "line one\n"
-    assert w.store.messages(w.chat_id) == []
-    close(w)
-
-
-def test_stop_keeps_the_partial_answer(qtbot, env, small):
-    from dataclasses import replace
-
-    w = make_window(qtbot, env, replace(small, max_tokens=400))
-    wait_loaded(qtbot, w)
-    send(qtbot, w, "Write a very long story about a cat.", wait=False)
-    assert w.send_button.text() == "Stop"
-    qtbot.waitUntil(lambda: len(w.conversation.messages[-1].content) > 20, timeout=60_000)
-    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not w.generating, timeout=30_000)
-    last = w.store.messages(w.chat_id)[-1]
-    assert last.state == "stopped" and len(last.content) > 20
-    assert last.stats.stop_reason == "cancelled" and last.stats.tokens < 400
-    assert w.send_button.text() == "Send"
-    close(w)
-
-
-def test_regenerate_replaces_the_last_answer(qtbot, env, small):
-    w = make_window(qtbot, env, small)
-    wait_loaded(qtbot, w)
-    send(qtbot, w, "Say hello.")
-    first_id = w.store.messages(w.chat_id)[-1].id
-    qtbot.mouseClick(w.regen_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not w.generating, timeout=60_000)
-    msgs = w.store.messages(w.chat_id)
-    assert [m.role for m in msgs] == ["user", "assistant"] and msgs[-1].id != first_id
-    assert len(w.conversation.messages) == 2
-    close(w)
-
-
-def test_switches_are_per_chat_and_survive_a_restart(qtbot, env, small):
-    w = make_window(qtbot, env, small)
+def test_switches_are_per_chat_and_survive_a_restart(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    w = app.start(qtbot).window
     first = w.chat_id
-    w.header.speculation.setCurrentIndex(w.header.speculation.findData("lookup"))
-    w.header.reasoning.setChecked(False)
-    qtbot.mouseClick(w.new_button, Qt.MouseButton.LeftButton)
+    w.pane.header.speculation.setCurrentIndex(w.pane.header.speculation.findData("lookup"))
+    w.pane.header.reasoning.setChecked(False)
+    qtbot.mouseClick(w.chats.new_button, Qt.MouseButton.LeftButton)
     second = w.chat_id
     assert second != first
-    w.header.speculation.setCurrentIndex(w.header.speculation.findData("off"))
-    close(w)
-
-    w2 = make_window(qtbot, env)
-    assert w2.store.get_chat(first).settings.speculation == "lookup"
-    assert w2.store.get_chat(first).settings.reasoning is False
-    assert w2.store.get_chat(second).settings.speculation == "off"
-    w2.open_chat(first)
-    assert w2.header.speculation.currentData() == "lookup" and not w2.header.reasoning.isChecked()
-    w2.open_chat(second)
-    assert w2.header.speculation.currentData() == "off"
-    close(w2)
+    w.pane.header.speculation.setCurrentIndex(w.pane.header.speculation.findData("baseline"))
+    app.stop()
+    w = app.start(qtbot).window
+    assert w.store.get_chat(first).settings.speculation == "lookup"
+    assert w.store.get_chat(first).settings.reasoning is False
+    assert w.store.get_chat(second).settings.speculation == "baseline"
+    w.open_chat(first)
+    assert w.pane.header.speculation.currentData() == "lookup" and not w.pane.header.reasoning.isChecked()
+    w.open_chat(second)
+    assert w.pane.header.speculation.currentData() == "baseline"
 
 
-def test_delete_chat(qtbot, env, small):
-    w = make_window(qtbot, env, small)
-    qtbot.mouseClick(w.new_button, Qt.MouseButton.LeftButton)
-    doomed = w.chat_id
-    assert len(w.store.list_chats()) == 2
-    w.delete_chat()
-    assert [c.id for c in w.store.list_chats()] != [] and doomed not in [c.id for c in w.store.list_chats()]
-    assert w.chat_list.count() == 1
-    close(w)
-
-
-def test_search_filters_the_chat_list(qtbot, env, small):
-    w = make_window(qtbot, env, small)
+def test_delete_chat_and_search(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    w = app.start(qtbot).window
     w.store.add_message(w.chat_id, "user", "tell me about pelicans")
-    qtbot.mouseClick(w.new_button, Qt.MouseButton.LeftButton)
-    w.search.setText("pelicans")
-    assert w.chat_list.count() == 1
-    w.search.setText("")
-    assert w.chat_list.count() == 2
-    close(w)
+    qtbot.mouseClick(w.chats.new_button, Qt.MouseButton.LeftButton)
+    w.chats.search.setText("pelicans")
+    assert w.chats.list.count() == 1
+    w.chats.search.setText("")
+    assert w.chats.list.count() == 2
+    doomed = w.chat_id
+    w.delete_chat()
+    assert doomed not in [c.id for c in w.store.list_chats()] and w.chats.list.count() == 1
+    assert w.chat_id == w.store.list_chats()[0].id
 
 
-def test_a_model_that_cannot_load_is_a_message_not_a_crash(qtbot, env, tmp_path):
-    bad = tmp_path / "broken.gguf"
+def test_telemetry_dock_plots_the_rounds_of_the_answer(qtbot, fake_app):
+    app = fake_app(FakeSpec(answer_tokens=50))
+    app.add_chat()
+    s = app.start(qtbot)
+    send(qtbot, s.window.pane, "Hi.")
+    wait_idle(qtbot, s)
+    stored = s.store.messages(s.window.chat_id)[-1]
+    assert s.window.telemetry.isVisible()  # open by default
+    s.window.telemetry.repaint_now()
+    assert len(s.window.telemetry.c_k.yData) == stored.stats.rounds > 0
+
+
+def test_first_chat_takes_the_pair_and_mode_from_the_config_file(qtbot, fake_app):
+    app = fake_app()
+    target, draft = app.model_files()
+    (app.root / "config.toml").write_text(f'target = "{target}"\ndraft = "{draft}"\ndefault_mode = "lookup"\n')
+    s = app.start(qtbot)  # an empty database: the window makes the first chat
+    settings = s.window.pane.settings()
+    assert settings.target == target and settings.draft == draft and settings.speculation == "lookup"
+    qtbot.waitUntil(lambda: s.answers.pair_info is not None, timeout=5_000)  # preloaded while idle
+    assert app.factory.loads[0].target == target
+
+
+def test_a_hidden_telemetry_panel_stays_hidden_after_a_restart(qtbot, fake_app, tmp_path):
+    state = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
+    app = fake_app()
+    app.add_chat()
+    w = app.start(qtbot, window_state=state).window
+    assert w.telemetry.isVisible()  # the default
+    w.telemetry.toggleViewAction().trigger()
+    assert not w.telemetry.isVisible()
+    app.stop()
+    w = app.start(qtbot, window_state=state).window
+    assert not w.telemetry.isVisible()
+    w.telemetry.toggleViewAction().trigger()
+    app.stop()
+    assert app.start(qtbot, window_state=state).window.telemetry.isVisible()
+
+
+def test_a_file_that_is_not_a_model_is_a_message_not_a_crash(qtbot, fake_app):
+    app = fake_app()
+    bad = app.root / "broken.gguf"
     bad.write_text("nope")
-    w = make_window(qtbot, env, ChatSettings(target=bad))
-    qtbot.waitUntil(lambda: w.notice.isVisible(), timeout=10_000)
-    assert "not a GGUF file" in w.notice.text()
-    send(qtbot, w, "hello", wait=False)
-    qtbot.waitUntil(lambda: not w.generating, timeout=10_000)
-    assert w.store.messages(w.chat_id)[-1].state == "error"
-    close(w)
+    app.add_chat(target=bad, draft=None)
+    s = app.start(qtbot, pair_factory=load_pair)  # the real loader
+    pane = s.window.pane
+    qtbot.waitUntil(lambda: pane.notice.isVisible(), timeout=10_000)
+    assert "not a GGUF file" in pane.notice.text()
+    send(qtbot, pane, "hello")
+    wait_idle(qtbot, s)
+    assert s.store.messages(pane.chat_id)[-1].state == "error"
 
 
-def test_models_dialog_lists_refused_drafts_with_the_reason(qtbot, env, qwen_target, qwen_draft, smollm):
-    w = make_window(qtbot, env)
+# -- real models ------------------------------------------------------------------------------
+
+
+def test_send_streams_an_answer_from_a_real_model(qtbot, fake_app, smollm):
+    app = fake_app()
+    app.add_chat(target=smollm, draft=smollm, speculation="draft", max_tokens=40)
+    s = app.start(qtbot, pair_factory=load_pair)
+    send(qtbot, s.window.pane, "Count from 1 to 10.")
+    wait_idle(qtbot, s, timeout=120_000)
+    answer = s.store.messages(s.window.chat_id)[-1]
+    assert answer.state == "done" and "3" in answer.content and answer.stats.drafted > 0
+    shown = s.window.pane.conversation.messages[-1]
+    assert shown.content == answer.content and "draft accepted" in shown.footer
+
+
+def test_models_dialog_lists_refused_drafts_with_the_reason(qtbot, fake_app, qwen_target, qwen_draft, smollm):
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
     for p in (qwen_target, qwen_draft, smollm):
-        w.registry.add(p)
-    dialog = w.models_dialog()
+        s.registry.add(p)
+    dialog = s.window.models_dialog()
     qtbot.addWidget(dialog)
     dialog.tabs.setCurrentIndex(1)
     rows = [dialog.installed.item(i).data(Qt.ItemDataRole.UserRole) for i in range(dialog.installed.count())]
@@ -188,86 +150,26 @@ def test_models_dialog_lists_refused_drafts_with_the_reason(qtbot, env, qwen_tar
     with qtbot.waitSignal(dialog.pairChosen) as chosen:
         dialog.use_button.click()
     assert chosen.args == [qwen_target.resolve(), qwen_draft.resolve()]
-    assert w.settings().target == qwen_target.resolve()
-    close(w)
+    assert s.window.pane.settings().target == qwen_target.resolve()
 
 
-def test_end_to_end_with_the_qwen_pair(qtbot, env, qwen_target, qwen_draft):
-    w = make_window(qtbot, env, ChatSettings(target=qwen_target, draft=qwen_draft, speculation="auto",
-                                             max_tokens=48))
-    wait_loaded(qtbot, w)
-    assert w.pair_info.draft == qwen_draft.name and "CPU" in w.pair_status.text()
-    send(qtbot, w, "Write a Python function that returns the square of a number.")
-    last = w.store.messages(w.chat_id)[-1]
+def test_end_to_end_with_the_qwen_pair(qtbot, fake_app, qwen_target, qwen_draft):
+    app = fake_app()
+    app.add_chat(target=qwen_target, draft=qwen_draft, speculation="auto", max_tokens=48)
+    s = app.start(qtbot, pair_factory=load_pair)
+    qtbot.waitUntil(lambda: s.answers.pair_info is not None, timeout=120_000)
+    assert s.answers.pair_info.draft == qwen_draft.name and "CPU" in s.window.pair_status.text()
+    send(qtbot, s.window.pane, "Write a Python function that returns the square of a number.")
+    wait_idle(qtbot, s, timeout=120_000)
+    last = s.store.messages(s.window.chat_id)[-1]
     assert last.state == "done" and "def " in last.content
     assert last.stats.mode == "auto" and last.stats.tokens > 5
-    close(w)
 
 
-def test_edit_and_resend_replaces_the_question_and_its_answer(qtbot, env, small):
-    w = make_window(qtbot, env, small)
-    wait_loaded(qtbot, w)
-    send(qtbot, w, "Say hello.")
-    w.edit_last("Count from 1 to 5.")
-    qtbot.waitUntil(lambda: not w.generating, timeout=60_000)
-    msgs = w.store.messages(w.chat_id)
-    assert [m.role for m in msgs] == ["user", "assistant"]
-    assert msgs[0].content == "Count from 1 to 5." and msgs[1].state == "done"
-    close(w)
-
-
-def test_closing_the_window_while_generating_keeps_the_partial_answer(qtbot, env, small):
-    from dataclasses import replace
-
-    w = make_window(qtbot, env, replace(small, max_tokens=400))
-    wait_loaded(qtbot, w)
-    send(qtbot, w, "Write a very long story about a cat.", wait=False)
-    qtbot.waitUntil(lambda: len(w.conversation.messages[-1].content) > 20, timeout=60_000)
-    shown = w.conversation.messages[-1].content
-    close(w)
-    store = open_store(env["db"])
-    last = store.messages(store.list_chats()[0].id)[-1]
-    assert last.state == "stopped" and last.content.startswith(shown[:20]) and len(last.content) >= len(shown)
-    store.close()
-
-
-def test_first_chat_takes_the_pair_from_the_config_file(qtbot, env, smollm):
-    env["config"].write_text(f'target = "{smollm}"\ndraft = "{smollm}"\ndefault_mode = "lookup"\n')
-    w = make_window(qtbot, env)  # an empty database: the window makes the first chat
-    s = w.settings()
-    assert s.target == smollm and s.draft == smollm and s.speculation == "lookup"
-    wait_loaded(qtbot, w)
-    assert w.pair_info.target == smollm.name
-    close(w)
-
-
-def test_a_hidden_telemetry_panel_stays_hidden_after_a_restart(qtbot, env, small, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    state = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
-    store = open_store(env["db"])
-    store.create_chat("New chat", small)
-    store.close()
-
-    def window():
-        store = open_store(env["db"])
-        service = GenerationService()
-        w = MainWindow(store, service, DownloadService(), Registry(env["registry"]), AppConfig(env["config"]),
-                       window_state=state)
-        qtbot.addWidget(w)
-        w.show()
-        w._teardown = (service, store)
-        return w
-
-    w = window()
-    assert w.telemetry.isVisible()  # the default
-    w.telemetry.toggleViewAction().trigger()
-    assert not w.telemetry.isVisible()
-    close(w)
-    again = window()
-    assert not again.telemetry.isVisible()
-    again.telemetry.toggleViewAction().trigger()
-    close(again)
-    third = window()
-    assert third.telemetry.isVisible()
-    close(third)
+def test_settings_are_saved_with_the_chat(qtbot, fake_app):
+    app = fake_app()
+    a = app.add_chat()
+    s = app.start(qtbot)
+    s.window.pane.update_settings(temperature=0.0, max_tokens=77)
+    assert s.store.get_chat(a).settings.max_tokens == 77
+    assert isinstance(s.store.get_chat(a).settings, ChatSettings)

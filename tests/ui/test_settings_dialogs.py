@@ -28,5 +28,31 @@ def test_k_min_above_k_max_stays_open_with_the_reason(qtbot, tmp_path):
     dialog.fields["k_max"].setValue(3)
     dialog.save()
     assert dialog.result() != SettingsDialog.DialogCode.Accepted
-    assert "k_min/k_max" in dialog.error.text() and "\n" not in dialog.error.text()
+    assert "k_min" in dialog.error.text() and "k_max" in dialog.error.text() and "\n" not in dialog.error.text()
     assert not path.exists()  # nothing half-saved
+
+
+def test_cancel_after_an_error_leaves_the_config_in_force_exactly_as_it_was(qtbot, tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("k_max = 5\n")
+    config = AppConfig(path)
+    before = dict(config.values)
+    dialog = SettingsDialog(config)
+    qtbot.addWidget(dialog)
+    dialog.fields["k_min"].setValue(6)
+    dialog.fields["k_max"].setValue(3)
+    dialog.fields["theme"].setCurrentText("dark")
+    dialog.save()  # refused: k_min > k_max
+    dialog.reject()
+    assert config.values == before and config.controller().k_min <= config.controller().k_max
+    assert dialog.result_config is None
+    assert path.read_text() == "k_max = 5\n"
+
+
+def test_ok_gives_a_new_config_and_leaves_the_old_object_alone(qtbot, tmp_path):
+    config = AppConfig(tmp_path / "config.toml")
+    dialog = SettingsDialog(config)
+    qtbot.addWidget(dialog)
+    dialog.fields["k_max"].setValue(4)
+    dialog.save()
+    assert dialog.result_config["k_max"] == 4 and config["k_max"] == 8

@@ -59,6 +59,27 @@ def move_aside(path: Path, now: float | None = None) -> Path:
     return target
 
 
+def acquire_instance_lock(profile: Profile):
+    """The profile's instance lock (a held ``QLockFile``), or one line saying why not.
+
+    QLockFile writes its process id into the file and treats a lock whose process is gone
+    (a crash, kill -9) as stale and takes it over, however old it is.
+    """
+    from PySide6.QtCore import QLockFile
+
+    try:
+        profile.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the data folder {profile.data_dir}: {exc.strerror}"
+    lock = QLockFile(str(profile.instance_lock))
+    lock.setStaleLockTime(0)  # stale only when its process is gone
+    if lock.tryLock(500):
+        return lock
+    pid, _host, _app = lock.getLockInfo()
+    return (f"SpecChat is already running on this profile (process {pid}, {profile.data_dir}): "
+            "switch to its window, or start another profile with --profile DIR")
+
+
 def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str | None:
     print(f"specchat: {text}", file=sys.stderr)
     return prompt(text, buttons)
@@ -66,7 +87,7 @@ def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str |
 
 def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, profile: Profile | None = None,
             prompt: Prompt = dialog_prompt) -> int:
-    from PySide6.QtCore import QLockFile, QSettings
+    from PySide6.QtCore import QSettings
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
@@ -84,18 +105,10 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
     app.setDesktopFileName("specchat")  # matches packaging/specchat.desktop (Wayland, task bars)
     app.setWindowIcon(QIcon(str(Path(__file__).with_name("specchat.svg"))))
 
-    # 1. one instance per profile; QLockFile removes a lock whose process is gone (a crash, kill -9)
-    try:
-        profile.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _say(prompt, f"cannot create the data folder {profile.data_dir}: {exc.strerror}")
-        return EXIT_BAD_INPUT
-    lock = QLockFile(str(profile.instance_lock))
-    lock.setStaleLockTime(0)  # stale only when its process is gone, however old
-    if not lock.tryLock(500):
-        _ok, pid, _host, _app = lock.getLockInfo()
-        _say(prompt, f"SpecChat is already running on this profile (process {pid}, {profile.data_dir}): "
-                     "switch to its window, or start another profile with --profile DIR")
+    # 1. one instance per profile
+    lock = acquire_instance_lock(profile)
+    if isinstance(lock, str):
+        _say(prompt, lock)
         return EXIT_ALREADY_RUNNING
     try:
         # 2. everything that can be wrong with the files, before any thread starts
@@ -128,7 +141,7 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
 
         # 3. the threads, then the window
         apply_theme(str(config["theme"]))
-        session = AppSession(store, config, registry, calibration_cache=profile.calibration_cache,
+        session = AppSession(store, config, registry, profile=profile,
                              window_state=QSettings(str(profile.config_dir / "window.ini"),
                                                     QSettings.Format.IniFormat))
         session.window.show()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
-SPECULATION = [("off", "Speculation: off"), ("draft", "Draft model"), ("lookup", "Prompt lookup"),
-               ("auto", "Auto")]
+from specchat.engine.settings import Mode
+
+SPECULATION = [(Mode.AUTO, "Speculation: auto"), (Mode.DRAFT, "Draft model"), (Mode.LOOKUP, "Prompt lookup"),
+               (Mode.BASELINE, "Plain (no speculation)")]
 NO_SWITCH_TIP = ("This model's chat template has no reasoning switch (enable_thinking), "
                  "so reasoning cannot be turned on or off for it.")
 
@@ -25,7 +27,7 @@ class ChatHeader(QWidget):
         self.pair_button.setToolTip("Choose the target and draft models for this chat")
         self.speculation = QComboBox()
         for key, text in SPECULATION:
-            self.speculation.addItem(text, key)
+            self.speculation.addItem(text, key.value)
         self.reasoning = QCheckBox("Reasoning")
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)

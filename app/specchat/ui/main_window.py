@@ -79,6 +79,7 @@ class MainWindow(QMainWindow):
         self.answers.pairFailed.connect(self._on_pair_failed)
         self.answers.finished.connect(lambda *_: self.chats.refresh())
         self.answers.notice.connect(self._on_notice)
+        self.answers.idle.connect(self._preload_shown)
         self._memory_timer = QTimer(self, interval=2000)
         self._memory_timer.timeout.connect(self._update_memory)
         self._memory_timer.start()
@@ -98,7 +99,7 @@ class MainWindow(QMainWindow):
             self.chats.select(chat_id)  # comes back here through chatSelected
             return
         self.pane.show_chat(chat_id)
-        self.answers.preload(self.pane.settings())
+        self._preload_shown()
 
     def new_chat(self) -> None:
         last = self.store.list_chats()
@@ -130,6 +131,10 @@ class MainWindow(QMainWindow):
             self.new_chat()
 
     # -- the pair ---------------------------------------------------------------------------
+
+    def _preload_shown(self) -> None:
+        if self.chat_id is not None:
+            self.answers.preload(self.pane.settings())
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self.telemetry.set_memory_shares(info.memory_shares)

@@ -32,6 +32,7 @@ def run_self_test(argv: list[str]) -> int:
 
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
+    from specchat.profile import Profile
     from specchat.store import ChatSettings, open_store
     from specchat.workers.generation import backend_info
 
@@ -49,11 +50,11 @@ def run_self_test(argv: list[str]) -> int:
     check(True, f"Qt {app.platformName()} platform plugin")
     info = backend_info()
     check(True, f"llama.cpp loaded: {info['backend']} backend")
-    store = open_store(tmp / "chats.sqlite3")
+    store = open_store(Profile.at(tmp).database)
     if model is not None:
         store.create_chat("self-test", ChatSettings(target=model, draft=model, speculation="draft", max_tokens=8))
-    session = AppSession(store, AppConfig(tmp / "c.toml"), Registry(tmp / "registry.json"),
-                         calibration_cache=tmp / "calibration.json")
+    profile = Profile.at(tmp)
+    session = AppSession(store, AppConfig(profile.config_file), Registry(profile.registry), profile=profile)
     window = session.window
     failed: list[str] = []
     session.answers.pairFailed.connect(failed.append)

@@ -7,14 +7,16 @@ and a test builds the same session with a fake pair factory.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
 from specchat.config import AppConfig
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
-from specchat.models.registry import Registry
+from specchat.models.registry import Registry, RegistryError
+from specchat.pair_loading import pair_config, record_last_pair
+from specchat.profile import Profile
 from specchat.store import ChatSettings, Store
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
@@ -22,13 +24,14 @@ from specchat.workers.answers import AnswerService
 from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
 
+log = logging.getLogger(__name__)
 PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
 
 
 class AppSession:
     """Store, registry and config (opened and checked by the caller), then the threads, then the window."""
 
-    def __init__(self, store: Store, config: AppConfig, registry: Registry, *, calibration_cache: Path | None,
+    def __init__(self, store: Store, config: AppConfig, registry: Registry, *, profile: Profile,
                  pair_factory: PairFactory = load_pair, window_state: QSettings | None = None,
                  sampler: MemorySampler | None = None, nice: int | None = None) -> None:
         from .main_window import MainWindow
@@ -36,21 +39,29 @@ class AppSession:
         self.store = store
         self.config = config
         self.registry = registry
-        self.calibration_cache = calibration_cache
+        self.profile = profile
         self.recorder = TelemetryRecorder(settings=config.controller())
         self.generation = GenerationService(pair_factory, nice=int(config["decode_nice"]) if nice is None else nice)
         self.downloads = DownloadService()
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
+        self.answers.pairLoaded.connect(self._remember_pair)
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False
 
     def pair_config(self, settings: ChatSettings) -> PairConfig:
         """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI)."""
-        from specchat.pair_loading import pair_config
-
         if settings.target is None:
-            raise ValueError("no model pair chosen for this chat")
-        return pair_config(self.config, settings.target, settings.draft, calibration_cache=self.calibration_cache)
+            raise ValueError("no model pair chosen for this chat: choose one with Pair…")
+        return pair_config(self.config, self.profile, settings.target, settings.draft)
+
+    def _remember_pair(self) -> None:
+        """The pair that loaded is the default of 'specchat chat' and 'bench' from now on."""
+        loaded = self.answers.loaded_pair
+        if loaded is not None:
+            try:
+                record_last_pair(self.profile, loaded.target, loaded.draft)
+            except (RegistryError, OSError) as exc:
+                log.warning("could not record the last pair: %s", exc)
 
     def set_config(self, config: AppConfig) -> None:
         """New app settings are in force: the next answer loads the pair with them."""

@@ -95,6 +95,7 @@ class AnswerService(QObject):
     pairLoading = Signal(str)  # the target's file name
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
+    idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
 
     def __init__(self, store: Store, service: GenerationService,
                  pair_config: Callable[[ChatSettings], PairConfig],
@@ -211,7 +212,12 @@ class AnswerService(QObject):
         self.service.load(config)
 
     def _pump(self) -> None:
-        """Start the next answer if none is running."""
+        """Start the next answer if none is running; say so when none is left."""
+        self._start_next()
+        if self._current is None and not self._queue and not self._closed:
+            self.idle.emit()
+
+    def _start_next(self) -> None:
         while self._current is None and self._queue and not self._closed:
             live = self._queue.popleft()
             self._current = live

@@ -27,6 +27,7 @@ from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
+from specchat.pair_loading import fit_problem
 from specchat.telemetry.samplers import MemoryShare, estimated_shares
 
 from .threads import end_thread, start_thread
@@ -88,7 +89,14 @@ def lower_this_threads_priority(nice: int) -> bool:
 
 
 def load_pair(config: PairConfig, cancel: CancelToken) -> SpeculativePair:
-    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated)."""
+    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated).
+
+    A pair that clearly cannot fit in free memory (the header-only estimate) is refused
+    with the reason before llama.cpp allocates anything.
+    """
+    problem = fit_problem(config)
+    if problem:
+        raise LlamaError(problem)
     return SpeculativePair(config, cancel)
 
 
