@@ -52,9 +52,9 @@ def main() -> int:
     import test_models
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
+    from specchat.profile import Profile
     from specchat.store import ChatSettings, open_store
-    from specchat.ui.main_window import MainWindow
-    from specchat.workers.generation import GenerationService
+    from specchat.ui.session import AppSession
 
     target, draft = test_models.ensure("qwen-1.5b"), test_models.ensure("qwen-0.5b")
     tmp = Path(tempfile.mkdtemp())
@@ -78,17 +78,17 @@ def main() -> int:
                     slow.append((dt, f"{where}{name} {event.type().name}"))
                     if dt > 0.05:
                         print(f"    slow: {dt * 1e3:.0f} ms {where}{name} {event.type().name} at "
-                              f"{t0 - t_start[0]:.2f} s, generating={window.generating}", flush=True)
+                              f"{t0 - t_start[0]:.2f} s, generating={window.pane.generating}", flush=True)
 
     app = TracingApp([]) if args.trace else QApplication([])
-    store = open_store(tmp / "db.sqlite3")
+    profile = Profile.at(tmp)
+    store = open_store(profile.database)
     store.create_chat("New chat", ChatSettings(target=target, draft=draft,
-                                               speculation="off" if args.plain_first else args.mode,
+                                               speculation="baseline" if args.plain_first else args.mode,
                                                max_tokens=args.tokens))
-    service = GenerationService(nice=args.nice)
-    config = AppConfig.defaults()
-    config.set("default_mode", args.mode)  # every new chat (answer) in the mode asked for
-    window = MainWindow(store, service, registry=Registry(tmp / "registry.json"), config=config)
+    config = AppConfig.defaults().replaced({"default_mode": args.mode})  # every new chat in the mode asked for
+    session = AppSession(store, config, Registry(profile.registry), profile=profile, nice=args.nice)
+    window = session.window
     window.resize(1200, 800)
     window.show()
     runs: list[tuple[bool, float, list[float]]] = []  # (panel shown, decode tok/s, timer lateness)
@@ -100,7 +100,7 @@ def main() -> int:
 
     def tick() -> None:
         now = time.perf_counter()
-        if window.generating:
+        if window.pane.generating:
             lateness.append(now - last[0] - 0.020)
         last[0] = now
 
@@ -109,7 +109,7 @@ def main() -> int:
     timer.start()
 
     def start() -> None:
-        if window.pair_info is None:
+        if session.answers.pair_info is None:
             QTimer.singleShot(100, start)
             return
         if len(runs) == len(plan):
@@ -123,15 +123,15 @@ def main() -> int:
         if runs:
             window.new_chat()
         lateness.clear()
-        window.composer.setPlainText(args.prompt)
+        window.pane.composer.setPlainText(args.prompt)
         t_start[0] = time.perf_counter()
-        window.send()
+        window.pane.send()
         QTimer.singleShot(100, wait)
         if args.mid_shot and len(runs) == len(plan) - 1:
             QTimer.singleShot(int(args.tokens / 2 / 12 * 1000), lambda: window.grab().save(str(args.mid_shot)))
 
     def wait() -> None:
-        if window.generating:
+        if window.pane.generating:
             QTimer.singleShot(100, wait)
             return
         stats = store.messages(window.chat_id)[-1].stats
@@ -143,7 +143,8 @@ def main() -> int:
 
     QTimer.singleShot(0, start)
     app.exec()
-    service.shutdown()
+    window.close()
+    session.close()
     for shown in (False, True):
         sel = [r for r in runs if r[0] == shown]
         if not sel:

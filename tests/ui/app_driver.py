@@ -5,16 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import Qt
 
+from fakes import FakePairFactory
 from specchat.config import AppConfig
 from specchat.models.registry import Registry
 from specchat.profile import Profile
 from specchat.store import ChatSettings, open_store
 from specchat.ui.session import AppSession
-
-from fakes import FakePairFactory, FakeSpec
 
 
 @dataclass

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from app_driver import FakeApp
+
 from fakes import FakePairFactory, FakeSpec
 
 
@@ -15,8 +16,8 @@ def fake_app(qtbot, tmp_path) -> Iterator[Callable[..., FakeApp]]:
     """``fake_app(spec)`` makes a FakeApp; every one is stopped at the end of the test."""
     made: list[FakeApp] = []
 
-    def make(spec: FakeSpec = FakeSpec(), root: Path | None = None) -> FakeApp:
-        app = FakeApp(root or tmp_path, FakePairFactory(spec))
+    def make(spec: FakeSpec | None = None, root: Path | None = None) -> FakeApp:
+        app = FakeApp(root or tmp_path, FakePairFactory(spec or FakeSpec()))
         made.append(app)
         return app
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 from app_driver import send, wait_idle
-from fakes import FakeSpec
 from PySide6.QtCore import Qt
 
+from fakes import FakeSpec
 from specchat.workers.answers import Phase
 
 SLOW = FakeSpec(answer_tokens=300, decode_s=0.004)  # about a second per answer: long enough to catch mid-stream

@@ -7,9 +7,9 @@ files (SmolLM2 drafting for itself, the Qwen pair) and are ``real_models``.
 from __future__ import annotations
 
 from app_driver import send, wait_idle
-from fakes import FakeSpec
 from PySide6.QtCore import QSettings, Qt
 
+from fakes import FakeSpec
 from specchat.store import ChatSettings
 from specchat.workers.generation import load_pair
 

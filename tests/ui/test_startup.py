@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from app_driver import send
-from fakes import FakeSpec
 
+from fakes import FakeSpec
 from specchat.profile import Profile
 from specchat.ui.app import MOVE_ASIDE, move_aside
 
