@@ -105,6 +105,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
     for f, path in zip(files, paths, strict=True):
         registry.add(path, source=f.ref)
         print(path)
+    if registry.last_pair() is None:  # nothing used yet: what was just pulled is the default
+        registry.set_last_pair(paths[0], paths[1] if len(paths) > 1 else None)
+        print("default pair for 'specchat chat' and 'bench' until another is used: " + args.pair, file=sys.stderr)
     if not args.pair.endswith(".gguf"):
         print(f"ready: specchat chat --pair {args.pair} \"...\"", file=sys.stderr)
     return 0

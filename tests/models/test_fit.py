@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from specchat.models.fit import GIB, ModelMemory, estimate_files, fit_pair
+from specchat.models.fit import GIB, ModelMemory, estimate_files, estimate_from_size, fit_pair, fit_sizes
 
 MEASURE = r"""
 import json, sys, psutil
@@ -56,3 +56,57 @@ def test_cpu_only_and_does_not_fit():
     assert cpu.fits and cpu.gpu_layers is None and "on the CPU" in cpu.summary
     no = fit_pair([model(40.0), model(0.6, 0.1)], free_vram=None, free_ram=16 * GIB)
     assert not no.fits and no.summary.startswith("does not fit: needs")
+
+
+def test_where_and_label_name_the_four_outcomes():
+    big = [model(4.5), model(0.6, 0.1)]
+    assert (fit_pair(big, free_vram=16 * GIB, free_ram=8 * GIB).label) == "fits on the GPU"
+    partial = fit_pair([model(18.0, 2.0), model(0.6, 0.1)], free_vram=12 * GIB, free_ram=32 * GIB)
+    assert (partial.where, partial.label) == ("partial", "partly on the GPU")
+    assert fit_pair(big, free_vram=None, free_ram=16 * GIB).where == "cpu"
+    assert fit_pair(big, free_vram=1 * GIB // 4, free_ram=16 * GIB).label == "CPU only"
+    assert fit_pair([model(40.0)], free_vram=None, free_ram=16 * GIB).label == "does not fit"
+
+
+# -- the size-only estimate (catalog pairs not downloaded yet) --------------------------------
+
+
+def test_size_only_estimate_counts_kv_compute_and_the_cpu_repack_by_quantization():
+    q4 = estimate_from_size("Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf", 4_683_073_920)
+    q8 = estimate_from_size("Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf", 531_000_000)
+    assert q4.weights == 4_683_073_920 and q4.n_layers == 0
+    assert q4.repack == int(0.6 * q4.weights) and q8.repack == 0
+    assert estimate_from_size("x-IQ4_NL.gguf", 1000).repack == 900
+    assert estimate_from_size("x.q4_0.gguf", 1000).repack == 900
+    assert estimate_from_size("x-F16.gguf", 1000).repack == 0
+    assert estimate_from_size("m-Q4_K_M.gguf", GIB, n_ctx=8192).kv_cache == pytest.approx(
+        2 * estimate_from_size("m-Q4_K_M.gguf", GIB).kv_cache, abs=2)
+
+
+def test_size_only_verdicts():
+    pair = [("T-Q4_K_M.gguf", int(9 * GIB)), ("D-Q8_0.gguf", int(0.6 * GIB))]
+    assert fit_sizes(pair, free_vram=24 * GIB, free_ram=8 * GIB).where == "gpu"
+    part = fit_sizes(pair, free_vram=6 * GIB, free_ram=32 * GIB)
+    assert part.where == "partial" and part.gpu_layers is None
+    assert part.summary.startswith("fits with part of the target on the GPU (")
+    cpu = fit_sizes(pair, free_vram=None, free_ram=32 * GIB)
+    assert cpu.where == "cpu" and cpu.needed > 1.5 * 9 * GIB  # the CPU repack of the Q4_K weights counts
+    assert fit_sizes(pair, free_vram=None, free_ram=12 * GIB).where == "none"  # 1.25 x size said it fits
+
+
+@pytest.mark.real_models
+def test_size_only_estimate_agrees_with_the_header_estimate_for_the_qwen_pair(qwen_target, qwen_draft):
+    """The Models dialog (file sizes) and the load-time check (headers) give one answer; where they
+    differ the size-only one asks for more (the 0.5B draft's CPU repack is over-counted)."""
+    files = [(p.name, p.stat().st_size) for p in (qwen_target, qwen_draft)]
+    headers = estimate_files([qwen_target, qwen_draft], n_ctx=4096)
+    sizes = [estimate_from_size(n, s) for n, s in files]
+    assert abs(sizes[0].total - headers[0].total) / headers[0].total < 0.05  # the 1.5B target
+    need_h, need_s = sum(m.total for m in headers), sum(m.total for m in sizes)
+    assert 1.0 <= need_s / need_h < 1.2
+    gpu_h, gpu_s = sum(m.total_gpu for m in headers), sum(m.total_gpu for m in sizes)
+    assert abs(gpu_s - gpu_h) / gpu_h < 0.05
+    for vram, ram in [(None, need_h // 2), (None, 2 * need_h), (8 * GIB, 4 * GIB), (gpu_h // 2, 4 * need_h)]:
+        by_header = fit_pair(headers, free_vram=vram, free_ram=ram)
+        by_size = fit_sizes(files, free_vram=vram, free_ram=ram)
+        assert by_size.where == by_header.where, (vram, ram, by_header.summary, by_size.summary)

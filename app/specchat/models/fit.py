@@ -203,15 +203,20 @@ def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) ->
     return out
 
 
-# Size-only estimate (a catalog file not downloaded yet).  Ratios from the headers of the
-# catalog's own models at 4096 tokens (estimate_model): KV cache / weights 0.05 (Qwen2.5 7B),
-# 0.075 (Qwen3 14B), 0.10 (Qwen2.5 0.5B, 1.5B), 0.11 (Llama 3 8B), 0.12 (Qwen3 8B): take the
-# top, so a pair is never promised memory it lacks.  Compute buffers: 77 MiB (1.5B) to
-# 131 MiB (8B), about 64 MiB + 2% of the weights.  CPU repack: 596.5 MiB of the 1.5B's
-# 1065 MiB (Q4_K_M) was repacked, 0.56; Q4_0 and IQ4_NL files are repacked almost whole.
+# Size-only estimate (a catalog file not downloaded yet): weights = the file size; the other
+# terms from ratios to it, measured with estimate_model on real headers at 4096 tokens and
+# rounded so that a large model is over-estimated rather than under-estimated:
+# - KV cache / size: 0.05 (Qwen2.5 7B), 0.075 (Qwen3 14B), 0.10 (Qwen2.5-Coder 0.5B, 1.5B),
+#   0.11 (Llama 3 8B), 0.12 (Qwen3 8B): 0.12.  Tiny models have far more (SmolLM2 135M 0.96,
+#   Gemma 3 270M 0.30), under 0.1 GiB in absolute terms.
+# - compute buffers grow with the width, about the square root of the size: 16 MiB (135M),
+#   33 MiB (270M), 44 MiB (0.5B), 73 MiB (1.5B), ~131 MiB (8B); 2412 bytes x sqrt(size) gives
+#   23, 36, 51, 77, 160 MiB.
+# - CPU repack / size, by the quantization in the file name: 0.56 for the 1.5B Q4_K_M, 0.6-0.7
+#   for larger Q4_K_M files; only 0.06 for the 0.5B, whose 896-wide matrices cannot be Q4_K
+#   (over-estimated here, on the safe side); Q4_0 and IQ4_NL files are repacked almost whole.
 SIZE_KV_SHARE_AT_4K = 0.12
-SIZE_COMPUTE_FIXED = 64 * 1024**2
-SIZE_COMPUTE_SHARE = 0.02
+SIZE_COMPUTE_PER_SQRT_BYTE = 2412
 SIZE_REPACK_SHARE = {"q4_0": 0.9, "iq4_nl": 0.9, "q4_k": 0.6}  # by the quantization in the file name
 _QUANT = re.compile(r"(?i)(?:^|[^a-z0-9])(i?q\d+_[a-z0-9]+)")
 
@@ -230,7 +235,7 @@ def estimate_from_size(name: str, size: int, *, n_ctx: int = 4096) -> ModelMemor
     compute and CPU repack terms from the ratios above.  ``n_layers`` is 0: the layer count is
     unknown, so :func:`fit_pair` offloads it by bytes instead of by layers."""
     kv = int(size * SIZE_KV_SHARE_AT_4K * n_ctx / 4096)
-    compute = int(SIZE_COMPUTE_FIXED + SIZE_COMPUTE_SHARE * size)
+    compute = int(SIZE_COMPUTE_PER_SQRT_BYTE * size**0.5)
     return ModelMemory(name, size, 0, 0, kv, compute, int(size * _repack_share(name)))
 
 
