@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from specchat.engine import (
     Error,
     Fallback,
     Mode,
+    Prefilled,
+    RoundStats,
     SamplingSettings,
     StopReason,
     TokenOrigin,
@@ -20,6 +23,8 @@ from specchat.engine import (
 )
 from specchat.engine.pair import CancelToken, IncompatiblePair, PairConfig, SpeculativePair
 from specchat.engine.runtime import LoadedModel, ModelOptions
+from specchat.engine.settings import Drafter
+from specchat.metrics import Counts
 
 pytestmark = pytest.mark.real_models
 
@@ -207,3 +212,17 @@ def test_follow_up_turn_reuses_the_cached_prefix(small_pair):
     prefilled = [e for e in small_pair.generate(prompt2, mode=Mode.AUTO, max_tokens=3)
                  if type(e).__name__ == "Prefilled"]
     assert prefilled[0].reused_tokens >= len(prompt)
+
+
+def test_the_answer_totals_are_the_sum_of_its_rounds(small_pair):
+    prompt = small_pair.chat_prompt([{"role": "user", "content": "Count from 1 to 20."}]).tokens
+    _, _, done, others = collect(small_pair.generate(prompt, mode=Mode.AUTO, max_tokens=40))
+    rounds = [e for e in others if isinstance(e, RoundStats)]
+    prefilled = next(e for e in others if isinstance(e, Prefilled))
+    assert rounds and all(isinstance(r.drafter, Drafter) for r in rounds)
+    c = done.stats.counts
+    assert Counts.total(r.counts for r in rounds) == replace(
+        c, tokens=0, decoded=0, prompt_tokens=0, reused_tokens=0, prefill_s=0.0, decode_s=0.0)
+    assert (c.prompt_tokens, c.reused_tokens, c.prefill_s) == (len(prompt), prefilled.reused_tokens,
+                                                               prefilled.seconds)
+    assert c.decoded == c.tokens - 1 and c.decode_s >= c.rounds_s  # the decode clock also runs between rounds

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from event_streams import R, answer_events, feed_all, timed
 
-from specchat.engine.events import Done, Fallback, RoundStats, TokensEmitted
+from specchat.engine.events import Done, Fallback, Prefilled, RoundStats, TokensEmitted
 from specchat.engine.settings import ControllerSettings
 from specchat.telemetry import GpuMemory, MemorySample, TelemetryRecorder
 
@@ -256,3 +256,25 @@ def test_done_without_rounds():
     assert isinstance(events[-1], Done)
     snap = rec.snapshot()
     assert snap.answer.tokens == 1 and snap.answer.tok_s is None and len(snap.rounds) == 0
+
+
+def test_totals_over_answers_are_the_pooled_counts_of_the_engine():
+    rec = TelemetryRecorder()
+    short = answer_events([R(4, 4, 4)])  # its one round fully accepted: 100%
+    long = answer_events([R(4, 4, 1)] * 9)  # none of its nine: 0%
+    t = feed_all(rec, 1, "c", short)
+    feed_all(rec, 2, "c", long, t0=t + 1)
+    total = rec.totals()
+    assert total.sequence_acceptance == 1 / 10  # not the mean of 100% and 0%
+    assert total.counts == short[-1].stats.counts + long[-1].stats.counts
+    assert total.tok_s == pytest.approx((short[-1].stats.counts + long[-1].stats.counts).decode_tok_s)
+
+
+def test_prefill_rate_leaves_out_the_reused_prompt():
+    rec = TelemetryRecorder()
+    events = answer_events([R(4, 4, 3)] * 2)
+    events = [Prefilled(1000, 900, 0.5) if isinstance(e, Prefilled) else e for e in events]
+    for t, e in timed(events[:-1]):  # streaming: the recorder's own count of the Prefilled event
+        rec.feed(1, None, e, now=t)
+    assert rec.snapshot().answer.prefill_tok_s == pytest.approx(100 / 0.5)
+    assert rec.totals().as_dict()["prefill_tokens"] == 100
