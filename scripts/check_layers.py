@@ -1,4 +1,11 @@
-"""Layer rule import-linter cannot express: workers/ may use Qt's QtCore only (no widgets, no GUI).
+"""Layer rules import-linter cannot express, checked on every import statement (those inside
+functions too):
+
+- workers/ may use Qt's QtCore only (no widgets, no GUI);
+- ui/ may import only what :data:`UI_ALLOWED` names: the workers, the store, metrics,
+  telemetry, config, the profile, the pair loader and the public types of engine and
+  models.  Never ``engine.runtime`` (which loads llama.cpp), the generation loop or its
+  parts, and never ``llama_cpp`` itself: llama.cpp runs in the generation thread.
 
     python scripts/check_layers.py      # exit 1 and one line per breach
 """
@@ -11,27 +18,74 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "app" / "specchat"
 ALLOWED_QT = {"PySide6", "PySide6.QtCore"}
+UI_ALLOWED = (
+    "specchat",  # the package itself: __version__
+    "specchat.ui",
+    "specchat.workers",
+    "specchat.store",
+    "specchat.metrics",
+    "specchat.telemetry",
+    "specchat.config",
+    "specchat.profile",
+    "specchat.pair_loading",
+    "specchat.engine",  # the package's public events and settings (its __init__)
+    "specchat.engine.events",
+    "specchat.engine.settings",
+    "specchat.engine.pair",  # PairConfig, CancelToken: the types a pair factory takes
+    "specchat.models.catalog",
+    "specchat.models.registry",
+    "specchat.models.fit",
+    "specchat.models.hub",
+    "specchat.models.gguf_header",
+    "specchat.models.compatibility",
+)
 
 
-def breaches(package: Path) -> list[str]:
+def imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``path`` (relative imports resolved)."""
     out = []
-    for path in sorted(package.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names]
-                                         if node.module == "PySide6" else [])
-            for name in names:
-                if name.startswith("PySide6") and name not in ALLOWED_QT:
-                    out.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: imports {name} (workers: QtCore only)")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out.append((node.lineno, base))
+            if base == "PySide6":
+                out += [(node.lineno, f"PySide6.{a.name}") for a in node.names]
+            for a in node.names:  # "from specchat.engine import generate" imports a module too
+                sub = ROOT.parent.joinpath(*f"{base}.{a.name}".split("."))
+                if sub.with_suffix(".py").exists() or sub.is_dir():
+                    out.append((node.lineno, f"{base}.{a.name}"))
+    return sorted(out)
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] != "__init__" else parts[:-1])
+
+
+def breaches() -> list[str]:
+    out = []
+    for path in sorted((ROOT / "workers").rglob("*.py")):
+        for line, name in imports(path, _package(path)):
+            if name.startswith("PySide6") and name not in ALLOWED_QT:
+                out.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {name} (workers: QtCore only)")
+    for path in sorted((ROOT / "ui").rglob("*.py")):
+        for line, name in imports(path, _package(path)):
+            if name == "llama_cpp" or name.startswith("llama_cpp."):
+                out.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {name} (ui never calls llama.cpp)")
+            elif (name == "specchat" or name.startswith("specchat.")) and name not in UI_ALLOWED and not any(
+                    name.startswith(a + ".") for a in UI_ALLOWED if a not in ("specchat", "specchat.engine")):
+                out.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {name} (not on the ui allowlist)")
     return out
 
 
 def main() -> int:
-    found = breaches(ROOT / "workers")
+    found = breaches()
     for line in found:
         print(line)
     return 1 if found else 0

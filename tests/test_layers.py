@@ -1,4 +1,5 @@
-"""The layer script really catches a worker that reaches for widgets."""
+"""The layer script really catches a worker that reaches for widgets and a ui module that reaches
+past the allowlist (engine.runtime, llama_cpp), and the real tree is clean."""
 
 import sys
 from pathlib import Path
@@ -8,16 +9,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import check_layers  # noqa: E402
 
 
-def test_the_real_workers_use_qtcore_only():
-    assert check_layers.breaches(check_layers.ROOT / "workers") == []
+def test_the_real_tree_keeps_its_layers():
+    assert check_layers.breaches() == []
+
+
+def fake_tree(tmp_path, monkeypatch, files: dict[str, str]) -> list[str]:
+    root = tmp_path / "specchat"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for d in ("workers", "ui", "engine", "store", "workers"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for mod in ("engine/generate.py", "engine/controller.py", "engine/runtime.py", "store/__init__.py"):
+        (root / mod).touch()
+    monkeypatch.setattr(check_layers, "ROOT", root)
+    return check_layers.breaches()
 
 
 def test_a_widget_import_in_a_worker_is_reported(tmp_path, monkeypatch):
-    pkg = tmp_path / "specchat" / "workers"
-    pkg.mkdir(parents=True)
-    (pkg / "bad.py").write_text("from PySide6.QtCore import QObject\nfrom PySide6 import QtWidgets\n"
-                                "import PySide6.QtGui\n")
-    monkeypatch.setattr(check_layers, "ROOT", tmp_path / "specchat")
-    found = check_layers.breaches(pkg)
+    found = fake_tree(tmp_path, monkeypatch, {
+        "workers/bad.py": "from PySide6.QtCore import QObject\nfrom PySide6 import QtWidgets\nimport PySide6.QtGui\n"})
     assert len(found) == 2
     assert "PySide6.QtWidgets" in found[0] and "PySide6.QtGui" in found[1]
+
+
+def test_ui_reaching_the_runtime_or_llama_cpp_is_reported_even_inside_a_function(tmp_path, monkeypatch):
+    found = fake_tree(tmp_path, monkeypatch, {
+        "ui/bad.py": ("from specchat.store import Store\n"
+                      "from specchat.workers.answers import AnswerService\n"
+                      "from specchat.engine.events import Done\n"
+                      "def about():\n    from specchat.engine.runtime import backend_info\n"
+                      "import llama_cpp\n"
+                      "from ..engine import generate\n"
+                      "from ..engine.controller import CostModel\n")})
+    assert len(found) == 4, found
+    assert "specchat.engine.runtime" in found[0] and "llama_cpp" in found[1]
+    assert "specchat.engine.generate" in found[2] and "specchat.engine.controller" in found[3]
