@@ -231,3 +231,31 @@ def test_switching_chats_never_loads_another_pair_while_an_answer_streams(qtbot,
     assert s.store.messages(a)[-1].state == "done"
     qtbot.waitUntil(lambda: len(app.factory.loads) == 2, timeout=5_000)  # idle now: B's pair loads
     assert app.factory.loads[-1].target == other_target
+
+
+def test_the_draft_tint_survives_a_restart(qtbot, fake_app):
+    app = fake_app(FakeSpec(answer_tokens=120, miss_every=5))
+    a = app.add_chat()
+    s = app.start(qtbot)
+    send(qtbot, s.window.pane, "Tint me.")
+    wait_idle(qtbot, s)
+    live_segments = s.window.pane.conversation.messages[-1].segments
+    assert any(d for _, d in live_segments) and not all(d for _, d in live_segments)
+    app.stop()
+    s = app.start(qtbot)
+    s.window.set_tint(True)
+    shown = s.window.pane.conversation.messages[-1]
+    assert shown.segments == s.store.messages(a)[-1].content_segments()
+    assert "".join(t for t, _ in shown.segments) == shown.content
+    assert [d for _, d in shown.segments] == [d for _, d in _merge(live_segments)]
+    assert "background:" in shown.body.text()  # painted tinted
+
+
+def _merge(segments):
+    out = []
+    for text, draft in segments:
+        if out and out[-1][1] == draft:
+            out[-1] = (out[-1][0] + text, draft)
+        else:
+            out.append((text, draft))
+    return out

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.models.catalog import CatalogPair, load_catalog
-from specchat.models.fit import free_memory
+from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadProgress, human_bytes
 from specchat.models.registry import Registry
@@ -33,19 +33,16 @@ from specchat.workers.download import DownloadService
 ROLE = Qt.ItemDataRole.UserRole
 
 
-def approx_fit(pair: CatalogPair, free_vram: int | None, free_ram: int) -> str:
-    """A quick verdict from file sizes (weights + ~25% for caches and buffers)."""
-    need = int(pair.size * 1.25)
-    if free_vram is not None and need <= free_vram * 0.9:
-        return "fits on the GPU"
-    if need <= free_ram * 0.9:
-        return "CPU only" if free_vram is None else "too big for the GPU; CPU/partial offload"
-    return "does not fit"
+def fit_verdict(pair: CatalogPair, free_vram: int | None, free_ram: int) -> FitVerdict:
+    """The same estimate as ``specchat models fit``, from the catalog's file sizes (the headers
+    are not here before the download): weights, both KV caches and buffers at 4096 tokens."""
+    files = [(m.file, m.size or 0) for m in pair.files()]
+    return fit_sizes(files, free_vram=free_vram, free_ram=free_ram)
 
 
 def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) -> CatalogPair | None:
     """The largest pair that fits on the GPU; on a CPU-only machine the smallest pair."""
-    on_gpu = [p for p in pairs if p.drafts and approx_fit(p, free_vram, free_ram) == "fits on the GPU"]
+    on_gpu = [p for p in pairs if p.drafts and fit_verdict(p, free_vram, free_ram).where == "gpu"]
     if on_gpu:
         return max(on_gpu, key=lambda p: p.size)
     with_draft = [p for p in pairs if p.drafts]
@@ -87,7 +84,7 @@ class ModelsDialog(QDialog):
         tab = QWidget()
         v = QVBoxLayout(tab)
         self.catalog = QTableWidget(len(self.pairs), 4)
-        self.catalog.setHorizontalHeaderLabels(["Pair", "Download", "On this machine (approx.)", "Licence"])
+        self.catalog.setHorizontalHeaderLabels(["Pair", "Download", "On this machine", "Licence"])
         self.catalog.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.catalog.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.catalog.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -97,7 +94,10 @@ class ModelsDialog(QDialog):
             name.setToolTip("\n".join([p.target.ref, *(d.ref for d in p.drafts)]))
             self.catalog.setItem(row, 0, name)
             self.catalog.setItem(row, 1, QTableWidgetItem(human_bytes(p.size)))
-            self.catalog.setItem(row, 2, QTableWidgetItem(approx_fit(p, self.free_vram, self.free_ram)))
+            verdict = fit_verdict(p, self.free_vram, self.free_ram)
+            cell = QTableWidgetItem(verdict.label)
+            cell.setToolTip(verdict.summary)
+            self.catalog.setItem(row, 2, cell)
             lic = QTableWidgetItem(p.licence + (" (gated)" if p.gated else ""))
             lic.setToolTip(p.gated)
             self.catalog.setItem(row, 3, lic)
