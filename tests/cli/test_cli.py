@@ -136,3 +136,23 @@ def test_a_bad_config_value_is_one_line_naming_the_key(tmp_path, text, needle):
 
 def test_a_missing_config_file_is_refused_not_ignored(tmp_path):
     assert_one_line_error(specchat("--config", tmp_path / "typo.toml", "config"), 2, "no such config file")
+
+
+@pytest.mark.real_models
+def test_an_installed_model_by_name_then_the_last_pair_used(smollm, tmp_path):
+    """--pair NAME for an installed single model; afterwards 'chat' and 'bench' without a model flag
+    use the last pair used, recorded in the profile's registry."""
+    profile = tmp_path / "profile"
+    imported = specchat("--profile", profile, "models", "import", smollm)
+    assert imported.returncode == 0, imported.stderr
+    name = smollm.name.removesuffix(".gguf")
+    proc = specchat("--profile", profile, "chat", "--pair", name, "--max-tokens", "8", "Count from 1 to 5.")
+    assert proc.returncode == 0, proc.stderr
+    last = json.loads((profile / "data" / "registry.json").read_text())["last_pair"]
+    assert last == {"target": str(smollm.resolve()), "draft": None}
+    again = specchat("--profile", profile, "chat", "--max-tokens", "8", "Count from 1 to 5.")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[:-1] == proc.stdout.splitlines()[:-1]  # greedy: same model, same answer
+    bench = specchat("--profile", profile, "bench", "--modes", "baseline", "--max-tokens", "4", "--repeat", "1")
+    assert bench.returncode == 0, bench.stderr
+    assert bench.stdout.startswith(f"target {smollm.name};")

@@ -91,3 +91,24 @@ def test_pull_of_a_gated_repo_says_how_to_log_in(hub, hub_files):
     hub.gate(hub_files["smollm2-135m"].repo_id)
     proc = specchat("pull", ref(hub_files["smollm2-135m"]))
     one_line_error(proc, 2, "hf auth login")
+
+
+def test_after_pulling_a_catalog_pair_chat_needs_no_flag(hub, tmp_path):
+    """'specchat models pull qwen2.5-coder-1.5b' then 'specchat chat "hi"': the pulled pair is the default,
+    and '--pair qwen2.5-coder-1.5b' finds its files by the hub source the registry keeps."""
+    profile = tmp_path / "profile"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "specchat", "--profile", str(profile), *map(str, args)],
+                              capture_output=True, text=True, timeout=600, env=os.environ.copy())
+
+    pull = run("models", "pull", "qwen2.5-coder-1.5b")
+    assert pull.returncode == 0, pull.stderr
+    assert "default pair for 'specchat chat' and 'bench'" in pull.stderr
+    listed = json.loads(run("models", "list", "--json").stdout)
+    assert next(p for p in listed["pairs"] if p["id"] == "qwen2.5-coder-1.5b")["downloaded"] is True
+    for args in (("chat",), ("chat", "--pair", "qwen2.5-coder-1.5b")):
+        proc = run(*args, "--mode", "draft", "--max-tokens", "8", "--ctx", "1024", "Say hi.")
+        assert proc.returncode == 0, proc.stderr
+        stats = proc.stdout.strip().splitlines()[-1]
+        assert stats.startswith("-- ") and "draft accepted" in stats  # the pair's draft was loaded
