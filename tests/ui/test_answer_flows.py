@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from fakes import FakeSpec
 from specchat.workers.answers import Phase
 
-SLOW = FakeSpec(answer_tokens=300, decode_s=0.004)  # about a second per answer: long enough to catch mid-stream
+SLOW = FakeSpec(answer_tokens=200, decode_s=0.003)  # about half a second per answer: long enough to catch mid-stream
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ def test_an_answer_goes_on_while_another_chat_is_open_and_is_whole_when_you_come
     assert pane.send_button.text() == "Stop"
     wait_idle(qtbot, s)
     stored = s.store.messages(a)[-1]
-    assert stored.state == "done" and len(stored.content) == 300
+    assert stored.state == "done" and len(stored.content) == 200
     assert pane.conversation.messages[-1].content == stored.content
     assert pane.send_button.text() == "Send"
     assert not dict(w.chats.items())[a].startswith("● ")
@@ -90,7 +90,7 @@ def test_twenty_switches_during_one_answer_lose_nothing(qtbot, fake_app):
     assert s.answers.answer(a) is not None, "the answer must still be running after the switches"
     wait_idle(qtbot, s)
     stored = s.store.messages(a)[-1]
-    assert stored.state == "done" and len(stored.content) == 300 and stored.stats.tokens == 300
+    assert stored.state == "done" and len(stored.content) == 200 and stored.stats.tokens == 200
     s.window.open_chat(a)
     assert s.window.pane.conversation.messages[-1].content == stored.content
 
@@ -123,7 +123,7 @@ def test_stop_keeps_the_partial_answer(qtbot, fake_app):
     qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
     wait_idle(qtbot, s, timeout=5_000)
     last = s.store.messages(a)[-1]
-    assert last.state == "stopped" and 20 < len(last.content) < 300
+    assert last.state == "stopped" and 20 < len(last.content) < 200
     assert last.stats.stop_reason == "cancelled"
     assert pane.conversation.messages[-1].content == last.content
     assert pane.send_button.text() == "Send"
@@ -146,7 +146,7 @@ def test_a_second_chat_waits_in_line_then_answers(qtbot, fake_app):
     assert [m.role for m in s.store.messages(b)] == ["user"]  # nothing stored for a waiting answer
     wait_idle(qtbot, s)
     assert s.store.messages(a)[-1].state == "done" and s.store.messages(b)[-1].state == "done"
-    assert len(s.store.messages(b)[-1].content) == 300
+    assert len(s.store.messages(b)[-1].content) == 200
     assert pane.conversation.messages[-1].content == s.store.messages(b)[-1].content
 
 
