@@ -209,7 +209,7 @@ class Counts:
 
 
 COUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
-_FIELD_KINDS: dict[str, type] = {f.name: float if f.type == "float" else int for f in fields(Counts)}
+_FIELD_KINDS: dict[str, type] = {f.name: float if f.type in ("float", float) else int for f in fields(Counts)}
 
 
 def counted(name: str) -> property:

@@ -82,7 +82,8 @@ class BenchRun:
 
     @classmethod
     def from_json(cls, doc: dict) -> BenchRun:
-        """Read a run back; a file from before the counts were complete gets ``decoded`` from ``tokens``."""
+        """Read a run back.  A file from before the counts were complete gets ``decoded`` from ``tokens``;
+        other counts it lacks are 0, so the figures that need them are undefined (a dash), not guessed."""
         counts = Counts.from_dict(doc)
         if "decoded" not in doc:
             counts = replace(counts, decoded=metrics.decoded_tokens(counts.tokens) if counts.decode_s > 0 else 0)
