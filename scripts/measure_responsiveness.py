@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--mode", default="auto", choices=["auto", "draft", "lookup", "off"])
+    ap.add_argument("--mode", default="auto", choices=["auto", "draft", "lookup", "baseline"])
     ap.add_argument("--prompt", default="Write a Python class for a bank account with deposit, withdraw and "
                                         "a transaction history, with docstrings.")
     ap.add_argument("--answers", type=int, default=1, help="answers to generate")

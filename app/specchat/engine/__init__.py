@@ -16,9 +16,9 @@ from .events import (
     TokenOrigin,
     TokensEmitted,
 )
-from .settings import ControllerSettings, Mode, SamplingSettings
+from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
 
 __all__ = [
-    "ControllerSettings", "Done", "Error", "Event", "Fallback", "GenerationStats", "Mode", "Prefilled",
+    "ControllerSettings", "Done", "Drafter", "Error", "Event", "Fallback", "GenerationStats", "Mode", "Prefilled",
     "RoundStats", "SamplingSettings", "StopReason", "TokenOrigin", "TokensEmitted",
 ]
