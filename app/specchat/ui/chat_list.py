@@ -36,6 +36,7 @@ class ChatList(QObject):
         self.answers = answers
         self.current: int | None = None
         self.widget = QWidget()
+        self.widget.setMinimumWidth(200)  # the docked panel must not squeeze titles to a few letters
         v = QVBoxLayout(self.widget)
         v.setContentsMargins(6, 6, 6, 6)
         self.search = QLineEdit(placeholderText="Search chats…")

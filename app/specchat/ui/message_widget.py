@@ -82,7 +82,7 @@ class MessageWidget(QFrame):
                 text = f"<a href='think'>▸ Show reasoning ({words} words)</a>"
             self.reasoning_label.setText(text)
         self.reasoning_label.setVisible(bool(self.reasoning))
-        links = "" if self.role == "user" and not self.content else " · <a href='copyall'>Copy</a>"
+        links = "" if not self.content else " · <a href='copyall'>Copy</a>"
         self.footer_label.setText(html.escape(self.footer) + links if self.role != "system" else "")
         self.footer_label.setVisible(self.role != "system")
 
