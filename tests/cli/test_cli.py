@@ -1,4 +1,4 @@
-"""The command-line contract of DESIGN.md, run as a user would run it."""
+"""The command-line contract of docs/ARCHITECTURE.md, run as a user would run it."""
 
 from __future__ import annotations
 

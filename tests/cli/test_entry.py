@@ -109,7 +109,7 @@ def test_an_unknown_option_is_one_line(tmp_path):
     (["chat", "--profile=P", "--config", "c.toml", "hi"], "c.toml", "P", ["chat", "hi"]),
     (["--config=c.toml", "models", "list"], "c.toml", None, ["models", "list"]),
     (["chat", "--", "--profile", "P"], None, None, ["chat", "--", "--profile", "P"]),
-    # 'simulate --profile FILE' is its cost profile (DESIGN.md), not the profile dir
+    # 'simulate --profile FILE' is its cost profile (docs/ARCHITECTURE.md), not the profile dir
     (["--profile", "P", "simulate", "--profile", "cost.json"], None, "P", ["simulate", "--profile", "cost.json"]),
 ])
 def test_split_global_flags(argv, config, profile, rest):

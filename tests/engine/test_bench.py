@@ -9,7 +9,7 @@ from specchat.engine import Mode
 from specchat.engine.bench import BenchRun, summarize
 from specchat.metrics import Counts
 
-# DESIGN.md, "Command line contract": scripts read these keys of every run
+# docs/ARCHITECTURE.md, "Command line contract": scripts read these keys of every run
 CONTRACT_KEYS = {"mode", "task", "prompt_id", "tokens", "token_ids", "output", "decode_tok_s", "prefill_tok_s",
                  "drafted", "accepted", "token_acceptance", "sequence_acceptance", "rounds", "decode_s", "draft_s",
                  "verify_s", "overhead_s"}

@@ -86,7 +86,7 @@ def test_greedy_speculation_equals_plain_decoding_on_the_qwen_pair(qwen_pair, mo
         assert done_spec.stats.drafted > 0 and done_spec.stats.accepted > 0
     if spec == plain:
         return
-    # llama.cpp's batched and single-token evaluations differ in the last bits (DESIGN.md point 4):
+    # llama.cpp's batched and single-token evaluations differ in the last bits (docs/ARCHITECTURE.md, "Near-ties"):
     # a difference is allowed only where the target's top two logits are a near-tie
     at = next(i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b)
     gap = top2_gap(qwen_pair, prompt + plain[:at])

@@ -1,6 +1,6 @@
 """A local stand-in for the Hugging Face hub's file download protocol, for tests.
 
-Tests never reach a model hub (DESIGN.md).  This is a real HTTP server on 127.0.0.1 that
+Tests never reach a model hub (docs/ARCHITECTURE.md).  This is a real HTTP server on 127.0.0.1 that
 answers ``HEAD`` and ``GET /{repo_id}/resolve/{revision}/{filename}`` the way the hub
 answers for an LFS file, which is what huggingface_hub reads:
 

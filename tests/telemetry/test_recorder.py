@@ -1,4 +1,4 @@
-"""The recorder turns recorded-style engine event streams into the numbers and series DESIGN.md defines."""
+"""The recorder turns recorded-style engine event streams into the numbers and series docs/ARCHITECTURE.md defines."""
 
 import math
 

@@ -68,7 +68,7 @@ class BenchRun:
         return self.counts.mean_k or 0.0
 
     def to_json(self) -> dict:
-        """The per-run keys of the command line contract (DESIGN.md), then every raw count."""
+        """The per-run keys of the command line contract (docs/ARCHITECTURE.md), then every raw count."""
         return {
             "mode": self.mode, "task": self.task, "prompt_id": self.prompt_id, "repeat": self.repeat,
             "tokens": self.tokens, "token_ids": list(self.token_ids), "output": self.output,

@@ -1,6 +1,6 @@
 """The draft-length controller: when does speculation pay, and how far to draft.
 
-Cost model (DESIGN.md point 6).  With per-token acceptance ``a`` a round with
+Cost model (docs/ARCHITECTURE.md, "Speculative decoding").  With per-token acceptance ``a`` a round with
 draft length K emits on average E(K) = (1 - a^(K+1)) / (1 - a) tokens and costs
 K * draft_cost + verify_cost(K + 1) + overhead.  The controller picks the K
 (0 = plain decoding) with the best expected tokens per second.  Verify costs per

@@ -8,7 +8,7 @@ worker's signals deliver them (``feed``).  It keeps:
   token;
 - every round since the app started as a :class:`~.records.RoundRecord`, for export;
 - one :class:`~.records.AnswerRecord` per answer, and running numbers for the current
-  answer and since start, with DESIGN.md's metric definitions
+  answer and since start, with docs/ARCHITECTURE.md's metric definitions
   (:data:`~.records.METRIC_DEFINITIONS`).
 
 While an answer streams, its decode time is the sum of its rounds' wall times
