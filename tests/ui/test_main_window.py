@@ -173,3 +173,16 @@ def test_settings_are_saved_with_the_chat(qtbot, fake_app):
     s.window.pane.update_settings(temperature=0.0, max_tokens=77)
     assert s.store.get_chat(a).settings.max_tokens == 77
     assert isinstance(s.store.get_chat(a).settings, ChatSettings)
+
+
+def test_a_registry_damaged_while_the_app_runs_is_a_message_in_models_not_a_crash(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    s.profile.registry.parent.mkdir(parents=True, exist_ok=True)
+    s.profile.registry.write_text('{"models": [')
+    dialog = s.window.models_dialog()
+    qtbot.addWidget(dialog)
+    assert "registry.json" in dialog.message.text()
+    assert dialog.installed.count() == 0
+    assert s.profile.registry.read_text() == '{"models": ['  # never rewritten

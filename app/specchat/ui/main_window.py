@@ -16,6 +16,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
 from specchat import __version__
+from specchat.models.registry import RegistryError
 from specchat.store import ChatSettings
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import MemorySampler
@@ -165,7 +166,7 @@ class MainWindow(QMainWindow):
 
     def open_models(self, tab: int = 1) -> None:
         dialog = self.models_dialog()
-        dialog.tabs.setCurrentIndex(tab if self.session.registry.models() or tab == 0 else 0)
+        dialog.tabs.setCurrentIndex(tab if tab == 0 or dialog.installed.count() else 0)
         dialog.exec()
 
     def open_downloads(self) -> None:
@@ -219,8 +220,13 @@ class MainWindow(QMainWindow):
     # -- misc ------------------------------------------------------------------------------
 
     def _first_run_hint(self) -> None:
-        if self.session.registry.models() or self.chat_id is None or self.pane.settings().target is not None:
+        if self.chat_id is None or self.pane.settings().target is not None:
             return
+        try:
+            if self.session.registry.models():
+                return
+        except RegistryError:
+            return  # start-up checked it; damaged since: the Models dialog says so when opened
         from specchat.models.catalog import load_catalog
         from specchat.models.fit import free_memory
 

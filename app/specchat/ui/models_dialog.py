@@ -27,7 +27,7 @@ from specchat.models.catalog import CatalogPair, load_catalog
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadProgress, human_bytes
-from specchat.models.registry import Registry
+from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
 
 ROLE = Qt.ItemDataRole.UserRole
@@ -144,8 +144,12 @@ class ModelsDialog(QDialog):
     def _on_finished(self, job: int, paths: list[Path]) -> None:
         if job != self._job:
             return
-        for source, path in zip(self._sources, paths, strict=False):
-            self.registry.add(path, source=source)
+        try:
+            for source, path in zip(self._sources, paths, strict=False):
+                self.registry.add(path, source=source)
+        except (GGUFError, RegistryError) as exc:  # the files stay where they are; say why they are not listed
+            self._end(f"Downloaded, but not registered: {exc}")
+            return
         self._end(f"Downloaded and verified: {', '.join(Path(p).name for p in paths)}")
         self.refresh_installed()
         self.tabs.setCurrentIndex(1)
@@ -190,7 +194,12 @@ class ModelsDialog(QDialog):
 
     def refresh_installed(self) -> None:
         self.installed.clear()
-        for m in sorted(self.registry.models(), key=lambda m: -m.size):
+        try:
+            installed = self.registry.models()
+        except RegistryError as exc:  # damaged while the app runs: say so, keep the file
+            self.message.setText(str(exc))
+            installed = []
+        for m in sorted(installed, key=lambda m: -m.size):
             item = QListWidgetItem(f"{m.name}  ({human_bytes(m.size)})" + ("" if m.is_current() else "  — missing"))
             item.setData(ROLE, m.path)
             item.setToolTip(m.path)
@@ -206,7 +215,12 @@ class ModelsDialog(QDialog):
         none = QListWidgetItem("No draft (plain decoding, or prompt lookup)")
         none.setData(ROLE, None)
         self.drafts.addItem(none)
-        for model, verdict in self.registry.drafts_for(item.data(ROLE)):
+        try:
+            drafts = self.registry.drafts_for(item.data(ROLE))
+        except (GGUFError, RegistryError) as exc:
+            self.message.setText(str(exc))
+            drafts = []
+        for model, verdict in drafts:
             entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
             entry.setData(ROLE, model.path if verdict else None)
             entry.setToolTip(verdict.reason)
@@ -224,7 +238,7 @@ class ModelsDialog(QDialog):
         for p in paths:
             try:
                 self.registry.add(p)
-            except GGUFError as exc:
+            except (GGUFError, RegistryError) as exc:
                 errors.append(str(exc))
         self.message.setText("\n".join(errors))
         self.refresh_installed()
