@@ -9,7 +9,9 @@ rule llama-cpp-python's chat handlers follow).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
+from llama_cpp import llama_types
 from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE, Jinja2ChatFormatter
 
 from .reasoning import OPEN_TAG
@@ -43,10 +45,12 @@ class ChatFormat:
         return "enable_thinking" in self.template
 
     def render(self, messages: list[dict[str, str]], *, reasoning: bool | None = None) -> str:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}  # extra template variables, beside the formatter's own parameters
         if reasoning is not None and self.supports_reasoning_switch:
             kwargs["enable_thinking"] = reasoning
-        return self._formatter(messages=messages, **kwargs).prompt
+        # the formatter hands the messages to Jinja as they are: role/content dicts are what it reads
+        typed = cast("list[llama_types.ChatCompletionRequestMessage]", messages)
+        return self._formatter(messages=typed, **kwargs).prompt
 
     def prompt(self, model: LoadedModel, messages: list[dict[str, str]], *, reasoning: bool | None = None) -> ChatPrompt:
         text = self.render(messages, reasoning=reasoning)

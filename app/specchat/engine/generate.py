@@ -134,6 +134,7 @@ def generate(
         ))
     yield from notes
     fallbacks.extend(n.reason for n in notes)
+    model = drafter_model if use_model else None  # the draft model, when this answer may use it
 
     sampler = TargetSampler(target, sampling)
     pair.lookup.reset()
@@ -146,8 +147,8 @@ def generate(
             reused -= 1
             target.trim(reused)
         target.decode(prompt[reused:], logits="last")
-        if use_model:
-            drafter_model.prefill(prompt)
+        if model is not None:
+            model.prefill(prompt)
         first = sampler.sample(-1)
         prefill_s = time.perf_counter() - t0
         yield Prefilled(len(prompt), reused, prefill_s)
@@ -180,7 +181,7 @@ def generate(
             proposal: list[int] = []
             draft_s = 0.0
             if k_cap > 0:
-                if use_model:
+                if model is not None:
                     available[Drafter.MODEL] = k_cap
                 if use_lookup:
                     proposal = pair.lookup.propose(history, k_cap)
@@ -188,9 +189,11 @@ def generate(
                     if proposal:
                         available[Drafter.LOOKUP] = len(proposal)
             plan = controller.plan(mode, available)
-            if plan.drafter is Drafter.MODEL:
-                drafted = drafter_model.propose(history, plan.k)
-                draft_s += drafter_model.last_seconds
+            catch_up = 0
+            if plan.drafter is Drafter.MODEL and model is not None:  # planned only when offered, with a model
+                drafted = model.propose(history, plan.k)
+                draft_s += model.last_seconds
+                catch_up = model.last_catch_up
             elif plan.drafter is Drafter.LOOKUP:
                 drafted = proposal[: plan.k]
             else:
@@ -220,7 +223,7 @@ def generate(
                 index=round_index, drafter=plan.drafter if drafted else Drafter.NONE, k=plan.k if drafted else 0,
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
-                catch_up=drafter_model.last_catch_up if plan.drafter is Drafter.MODEL else 0,
+                catch_up=catch_up,
                 fallback=plan.fallback,
             )
             round_index += 1

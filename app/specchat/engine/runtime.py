@@ -126,7 +126,8 @@ class LoadedModel:
             # callback object must outlive the call
             progress = llama_cpp.llama_progress_callback(lambda _p, _u: not cancelled())
             mparams.progress_callback = progress
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._model: llama_cpp.llama_model_p | None = llama_cpp.llama_model_load_from_file(
+            str(self.path).encode(), mparams)
         if cancelled is not None and cancelled():  # aborted by the callback, or cancelled just after
             if self._model:
                 llama_cpp.llama_model_free(self._model)
@@ -134,8 +135,8 @@ class LoadedModel:
         if not self._model:
             why = last_log_error()
             raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))
-        self._ctx = None
-        self._batch = None
+        self._ctx: llama_cpp.llama_context_p | None = None
+        self._batch: llama_cpp.llama_batch | None = None
         try:
             self._init_context(options, n_outputs)
         except BaseException:
@@ -163,16 +164,17 @@ class LoadedModel:
                 f"{self.path.name}: could not create a context of {options.n_ctx} tokens"
                 + (f" ({why})" if why else " (out of memory?)")
             )
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self.n_batch = options.n_batch
-        self.n_threads = threads
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
-        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.can_trim = not (
+        # declared: llama_cpp's functions are typed Any behind its ctypes decorator
+        self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch: int = options.n_batch
+        self.n_threads: int = threads
+        self._mem: llama_cpp.llama_memory_t | None = llama_cpp.llama_get_memory(self._ctx)
+        self.vocab: llama_cpp.llama_vocab_p | None = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.can_trim: bool = not (
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what sits in the KV cache, in order
         self._pieces: dict[int, bytes] = {}
@@ -279,6 +281,8 @@ class LoadedModel:
         if logits == "all" and len(tokens) > self.n_batch:
             raise LlamaError(f"cannot take logits for {len(tokens)} tokens at once (n_batch {self.n_batch})")
         batch = self._batch
+        if batch is None:  # closed (or a failed load): llama.cpp would write through a freed batch
+            raise LlamaError(f"{self.path.name}: the model is closed")
         pos = start
         for i in range(0, len(tokens), self.n_batch):
             chunk = tokens[i : i + self.n_batch]
@@ -286,7 +290,8 @@ class LoadedModel:
             n = len(chunk)
             for j, tok in enumerate(chunk):
                 batch.token[j] = tok
-                batch.pos[j] = pos + j
+                # llama_cpp declares pos as an array of arrays; its _fields_ say POINTER(llama_pos)
+                batch.pos[j] = pos + j  # type: ignore[call-overload]
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
                 batch.logits[j] = final and (logits == "all" or (logits == "last" and j == n - 1))
@@ -346,5 +351,5 @@ class LoadedModel:
         self.n_threads = n_threads
 
     @property
-    def ctx(self):  # the raw llama_context_p, for the sampler chain
+    def ctx(self) -> llama_cpp.llama_context_p | None:  # the raw context, for the sampler chain
         return self._ctx
