@@ -10,10 +10,12 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
-from specchat.config import BY_KEY, AppConfig, ConfigError, example_toml
+from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
 from specchat.profile import Profile
 
 EXIT_BAD_INPUT = 2
@@ -27,7 +29,7 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         raise CliError(f"{self.prog}: {message}")
 
 
@@ -38,11 +40,11 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _setting(key: str):
+def _setting(key: str) -> Callable[[str], int]:
     """An argparse type checked like the config's ``key`` (one range for the flag and the file)."""
     def parse(text: str) -> int:
         try:
-            return int(BY_KEY[key].check(int(text)))
+            return as_int(BY_KEY[key].check(int(text)))
         except ValueError as exc:  # ConfigError is one
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1] if isinstance(exc, ConfigError)
                                              else f"not a whole number: {text}") from None

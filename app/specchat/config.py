@@ -37,6 +37,20 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def as_int(value: object) -> int:
+    """A checked whole-number setting, typed: the schema stored an int there (TypeError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not a whole-number setting: {_short(value)}")
+    return value
+
+
+def as_float(value: object) -> float:
+    """A checked number setting, typed (a whole number reads as a float; TypeError for anything else)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"not a number setting: {_short(value)}")
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -63,17 +77,22 @@ class Setting:
         if isinstance(d, int):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{self.key}: must be a whole number (got {_short(value)})")
+            self._check_range(value)
         elif isinstance(d, float):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{self.key}: must be a number (got {_short(value)})")
             if not math.isfinite(value):
                 raise ConfigError(f"{self.key}: must be a finite number (got {_short(value)})")
             value = float(value)
+            self._check_range(value)
         elif isinstance(d, str) and not isinstance(value, str):
             raise ConfigError(f"{self.key}: must be text (got {_short(value)})")
+        return value
+
+    def _check_range(self, value: float) -> None:
+        # a bound is only declared on numbers (a text or choice setting has none)
         if self.lo is not None and value < self.lo or self.hi is not None and value > self.hi:
             raise ConfigError(f"{self.key}: must be between {self.lo:g} and {self.hi:g} (got {_short(value)})")
-        return value
 
 
 _C = ControllerSettings()
@@ -157,8 +176,8 @@ def _defaults() -> dict[str, object]:
 
 def check_rules(values: Mapping[str, object]) -> None:
     """Rules between settings; ConfigError with one line naming the keys."""
-    k_min, k_max = values["k_min"], values["k_max"]
-    if k_min > k_max:  # type: ignore[operator]
+    k_min, k_max = as_int(values["k_min"]), as_int(values["k_max"])
+    if k_min > k_max:
         raise ConfigError(f"k_min ({k_min}) must not be above k_max ({k_max})")
 
 
@@ -308,10 +327,10 @@ class AppConfig:
 
     def controller(self) -> ControllerSettings:
         c = ControllerSettings(
-            k_min=int(self["k_min"]), k_max=int(self["k_max"]), p_min=float(self["p_min"]),
-            min_token_acceptance=float(self["min_token_acceptance"]),
-            min_sequence_acceptance=float(self["min_sequence_acceptance"]),
-            fallback_warning_share=float(self["fallback_warning_share"]),
+            k_min=as_int(self["k_min"]), k_max=as_int(self["k_max"]), p_min=as_float(self["p_min"]),
+            min_token_acceptance=as_float(self["min_token_acceptance"]),
+            min_sequence_acceptance=as_float(self["min_sequence_acceptance"]),
+            fallback_warning_share=as_float(self["fallback_warning_share"]),
         )
         try:
             check_rules(self.values)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from specchat.config import BY_KEY, AppConfig
+from specchat.config import BY_KEY, AppConfig, as_int
 from specchat.engine.pair import PairConfig
 from specchat.engine.runtime import ModelOptions
 from specchat.profile import Profile
@@ -113,9 +113,11 @@ def pair_config(config: AppConfig, profile: Profile, target: Path, draft: Path |
             v[key] = BY_KEY[key].check(value)
     controller = config.controller()
     if v["k_max"] != controller.k_max:
-        controller = replace(controller, k_max=int(v["k_max"]), k_min=min(controller.k_min, int(v["k_max"])))
-    topts = ModelOptions(n_ctx=int(v["n_ctx"]), n_gpu_layers=int(v["gpu_layers"]), n_threads=int(v["threads"]))
-    dopts = replace(topts, n_gpu_layers=int(v["draft_gpu_layers"]))
+        k_max = as_int(v["k_max"])
+        controller = replace(controller, k_max=k_max, k_min=min(controller.k_min, k_max))
+    topts = ModelOptions(n_ctx=as_int(v["n_ctx"]), n_gpu_layers=as_int(v["gpu_layers"]),
+                         n_threads=as_int(v["threads"]))
+    dopts = replace(topts, n_gpu_layers=as_int(v["draft_gpu_layers"]))
     return PairConfig(
         target=Path(target).expanduser(), draft=Path(draft).expanduser() if draft is not None else None,
         target_options=topts, draft_options=dopts, controller=controller,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSettings
 
-from specchat.config import AppConfig
+from specchat.config import AppConfig, as_int
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.models.registry import Registry, RegistryError
 from specchat.pair_loading import pair_config, record_last_pair
@@ -41,7 +41,7 @@ class AppSession:
         self.registry = registry
         self.profile = profile
         self.recorder = TelemetryRecorder(settings=config.controller())
-        self.generation = GenerationService(pair_factory, nice=int(config["decode_nice"]) if nice is None else nice)
+        self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice)
         self.downloads = DownloadService()
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)

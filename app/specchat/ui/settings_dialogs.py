@@ -15,10 +15,48 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QSpinBox,
+    QWidget,
 )
 
-from specchat.config import SCHEMA, AppConfig, ConfigError
+from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, as_int
 from specchat.store import ChatSettings
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # a QSpinBox's widest range, for a side without a bound
+
+
+def _editor(s: Setting, value: object) -> QWidget:
+    """The field for one setting, showing ``value``."""
+    if s.choices:
+        combo = QComboBox()
+        combo.addItems(s.choices)
+        combo.setCurrentText(str(value))
+        return combo
+    if isinstance(s.default, str):
+        line = QLineEdit(str(value))
+        line.setPlaceholderText("not set")
+        line.setMinimumWidth(360)  # a model path
+        return line
+    if isinstance(s.default, int):
+        spin = QSpinBox()
+        spin.setRange(int(s.lo) if s.lo is not None else _INT_MIN, int(s.hi) if s.hi is not None else _INT_MAX)
+        spin.setValue(as_int(value))
+        return spin
+    dspin = QDoubleSpinBox()
+    dspin.setRange(s.lo if s.lo is not None else float("-inf"), s.hi if s.hi is not None else float("inf"))
+    dspin.setSingleStep(0.05)
+    dspin.setValue(as_float(value))
+    return dspin
+
+
+def _value(w: QWidget) -> object:
+    """What a field made by :func:`_editor` holds."""
+    if isinstance(w, QComboBox):
+        return w.currentText()
+    if isinstance(w, QLineEdit):
+        return w.text().strip()
+    if isinstance(w, QSpinBox | QDoubleSpinBox):
+        return w.value()
+    raise TypeError(f"not a settings field: {type(w).__name__}")
 
 
 class SettingsDialog(QDialog):
@@ -30,26 +68,9 @@ class SettingsDialog(QDialog):
         self.config = config
         self.result_config: AppConfig | None = None  # the saved settings, after OK
         form = QFormLayout(self)
-        self.fields = {}
+        self.fields: dict[str, QWidget] = {}
         for s in SCHEMA:
-            value = config[s.key]
-            if s.choices:
-                w = QComboBox()
-                w.addItems(s.choices)
-                w.setCurrentText(str(value))
-            elif isinstance(s.default, str):
-                w = QLineEdit(str(value))
-                w.setPlaceholderText("not set")
-                w.setMinimumWidth(360)  # a model path
-            elif isinstance(s.default, int):
-                w = QSpinBox()
-                w.setRange(int(s.lo), int(s.hi))
-                w.setValue(int(value))
-            else:
-                w = QDoubleSpinBox()
-                w.setRange(s.lo, s.hi)
-                w.setSingleStep(0.05)
-                w.setValue(float(value))
+            w = _editor(s, config[s.key])
             w.setToolTip(s.help)
             self.fields[s.key] = w
             form.addRow(s.label, w)
@@ -62,12 +83,7 @@ class SettingsDialog(QDialog):
         form.addRow(buttons)
 
     def values(self) -> dict[str, object]:
-        def value(w):
-            if isinstance(w, QComboBox):
-                return w.currentText()
-            return w.text().strip() if isinstance(w, QLineEdit) else w.value()
-
-        return {key: value(w) for key, w in self.fields.items()}
+        return {key: _value(w) for key, w in self.fields.items()}
 
     def save(self) -> None:
         """Check the whole candidate (every key, then the cross-field rules) before anything is
