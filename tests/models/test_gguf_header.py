@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import gguf
 import numpy as np
@@ -74,3 +75,12 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "empty.gguf").write_bytes(b"")
     with pytest.raises(GGUFError, match="empty"):
         validate_file(tmp_path / "empty.gguf")
+
+
+def test_a_zero_alignment_is_refused_with_one_line():
+    # it used to escape as ZeroDivisionError
+    key = b"general.alignment"
+    header = (struct.pack("<IIQQ", gguf.GGUF_MAGIC, 3, 0, 1) + struct.pack("<Q", len(key)) + key
+              + struct.pack("<II", gguf.GGUFValueType.UINT32, 0))
+    with pytest.raises(GGUFError, match="alignment"):
+        read_header(io.BytesIO(header))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, Protocol
 
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
@@ -31,6 +31,13 @@ _SCALAR = {
 
 class GGUFError(ValueError):
     """The file is not a readable GGUF file; the message is one line for the user."""
+
+
+class ByteSource(Protocol):
+    """What the reader needs of a stream: ``read(n)``, up to ``n`` bytes, b"" at the end
+    (a binary file, or a :class:`specchat.models.remote.RangeReader`)."""
+
+    def read(self, n: int, /) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +90,7 @@ class GGUFHeader:
 class _Stream:
     """Buffered reader that counts bytes and turns a short read into GGUFError."""
 
-    def __init__(self, raw: BinaryIO, chunk: int = 1 << 20) -> None:
+    def __init__(self, raw: ByteSource, chunk: int = 1 << 20) -> None:
         self.raw, self.chunk = raw, chunk
         self.buf, self.pos, self.consumed = b"", 0, 0
 
@@ -102,7 +109,7 @@ class _Stream:
         self.consumed += n
         return out
 
-    def unpack(self, fmt: str) -> object:
+    def _unpack(self, fmt: str) -> Any:  # struct's Any: the typed readers below say what fmt gives
         size = struct.calcsize(fmt)
         self.need(size)
         (value,) = struct.unpack_from(fmt, self.buf, self.pos)
@@ -110,15 +117,25 @@ class _Stream:
         self.consumed += size
         return value
 
+    def unpack(self, fmt: str) -> object:
+        """One value of any GGUF scalar type."""
+        return self._unpack(fmt)
+
+    def u32(self) -> int:
+        return self._unpack("<I")
+
+    def u64(self) -> int:
+        return self._unpack("<Q")
+
     def string(self) -> str:
-        n = self.unpack("<Q")
+        n = self.u64()
         if n > 1 << 30:
             raise GGUFError("corrupt GGUF header (absurd string length)")
         return self.take(n).decode("utf-8", errors="replace")
 
     def skip_strings(self, count: int) -> None:
         for _ in range(count):
-            n = self.unpack("<Q")
+            n = self.u64()
             self.take(n)
 
 
@@ -129,8 +146,8 @@ def _value(s: _Stream, vtype: int, key: str) -> object:
     if vt in _SCALAR:
         return s.unpack(_SCALAR[vt])
     if vt == GGUFValueType.ARRAY:
-        itype = GGUFValueType(s.unpack("<I"))
-        count = s.unpack("<Q")
+        itype = GGUFValueType(s.u32())
+        count = s.u64()
         if itype == GGUFValueType.STRING:
             if key in SKIPPED_ARRAYS:
                 s.skip_strings(count)
@@ -147,39 +164,42 @@ def _value(s: _Stream, vtype: int, key: str) -> object:
     raise GGUFError(f"unknown GGUF value type {vtype}")
 
 
-def read_header(raw: BinaryIO) -> GGUFHeader:
+def read_header(raw: ByteSource) -> GGUFHeader:
     s = _Stream(raw)
     try:
-        magic = s.unpack("<I")
+        magic = s.u32()
     except GGUFError:
         raise GGUFError("not a GGUF file (empty)") from None
     if magic != GGUF_MAGIC:
         raise GGUFError("not a GGUF file (bad magic)")
-    version = s.unpack("<I")
+    version = s.u32()
     if version not in (2, 3):
         raise GGUFError(f"unsupported GGUF version {version}")
-    n_tensors = s.unpack("<Q")
-    n_kv = s.unpack("<Q")
+    n_tensors = s.u64()
+    n_kv = s.u64()
     if n_tensors > 1 << 20 or n_kv > 1 << 20:
         raise GGUFError("corrupt GGUF header (absurd counts)")
     meta: dict[str, object] = {}
     try:
         for _ in range(n_kv):
             key = s.string()
-            meta[key] = _value(s, s.unpack("<I"), key)
+            meta[key] = _value(s, s.u32(), key)
         tensors = []
         for _ in range(n_tensors):
             name = s.string()
-            n_dims = s.unpack("<I")
-            shape = tuple(s.unpack("<Q") for _ in range(n_dims))
-            ttype = s.unpack("<I")
-            offset = s.unpack("<Q")
+            n_dims = s.u32()
+            shape = tuple(s.u64() for _ in range(n_dims))
+            ttype = s.u32()
+            offset = s.u64()
             tensors.append(TensorInfo(name, shape, ttype, offset))
     except (ValueError, struct.error) as exc:
         if isinstance(exc, GGUFError):
             raise
         raise GGUFError(f"corrupt GGUF header ({exc})") from None
-    alignment = int(meta.get("general.alignment", 32))
+    alignment = meta.get("general.alignment", 32)
+    # a zero, negative or non-integer alignment used to escape as ZeroDivisionError or ValueError
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
+        raise GGUFError(f"corrupt GGUF header (alignment {alignment!r:.40})")
     data_offset = (s.consumed + alignment - 1) // alignment * alignment
     return GGUFHeader(version, meta, tensors, data_offset, s.consumed)
 
