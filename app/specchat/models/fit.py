@@ -64,7 +64,8 @@ def _int(header: GGUFHeader, key: str, default: int = 0) -> int:
     v = header.arch_get(key, default)
     if isinstance(v, list):  # per-layer values (some hybrid models): take the largest
         v = max(v) if v else default
-    return int(v or default)
+    # a value of another type (text, nested lists) is a broken header: read it as absent
+    return int(v) if isinstance(v, int | float) and v else default
 
 
 def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,

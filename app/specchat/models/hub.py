@@ -285,6 +285,7 @@ def _fetch_blob(plan: _Plan, cache: Path, job: _Job) -> None:
                 headers=plan.headers,
                 expected_size=plan.size,
                 displayed_filename=plan.file.filename,
+                # typed as a tqdm subclass, used duck-typed: called with tqdm's keywords, then update(n)
                 tqdm_class=job.progress_sink,  # type: ignore[arg-type]
             )
         _verify(plan)
@@ -319,13 +320,15 @@ def _link_snapshot(plan: _Plan, cache: Path, job: _Job, token: str | None) -> Pa
     (``refs/main``) is written here, as hf_hub_download would for a branch name, so other
     tools and offline lookups find the file by revision name too.
     """
-    path = hf_hub_download(
+    # tqdm_class is typed as a tqdm subclass, used duck-typed (see _Job.progress_sink); the
+    # mismatch shows as no overload matching
+    path = hf_hub_download(  # type: ignore[call-overload]
         plan.file.repo_id,
         plan.file.filename,
         revision=plan.commit,
         cache_dir=cache,
         token=token,
-        tqdm_class=job.progress_sink,  # type: ignore[arg-type]
+        tqdm_class=job.progress_sink,
     )
     if plan.file.revision != plan.commit:
         ref = plan.blob.parent.parent / "refs" / plan.file.revision

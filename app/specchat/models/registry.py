@@ -56,7 +56,7 @@ class InstalledModel:
         return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
 
 
-_MODEL_TYPES = {"path": str, "size": int, "mtime_ns": int, "name": str, "architecture": str, "n_vocab": int,
+_MODEL_TYPES: dict[str, type | tuple[type, ...]] = {"path": str, "size": int, "mtime_ns": int, "name": str, "architecture": str, "n_vocab": int,
                 "source": str, "added": (int, float)}
 _REQUIRED = {f.name for f in fields(InstalledModel)} - {"source", "added"}
 _PAIR_TYPES = {"target": str, "draft": str, "compatible": bool, "reason": str, "stamps": list}

@@ -96,11 +96,11 @@ class RangeReader:
                 data += piece
                 if len(data) >= end - start + 1:  # a 200 sends the whole file: stop at what was asked
                     break
-        data = bytes(data[: end - start + 1])
-        self.bytes_fetched += len(data)
-        self._next += len(data)
-        self._buf += data
-        if len(data) < end - start + 1:
+        got = bytes(data[: end - start + 1])
+        self.bytes_fetched += len(got)
+        self._next += len(got)
+        self._buf += got
+        if len(got) < end - start + 1:
             self._eof = True
 
 
@@ -115,7 +115,7 @@ def read_remote_header(file: HubFile, *, token: str | None = None) -> tuple[GGUF
         meta = get_hf_file_metadata(url, token=token)
         headers = download_headers(url, meta.location, token)
         reader = RangeReader(meta.location, size=meta.size, headers=headers)
-        header = read_header(reader)  # type: ignore[arg-type]  (duck-typed: only read(n) is used)
+        header = read_header(reader)
     except GGUFError as exc:
         raise GGUFError(f"{file.filename}: {exc}") from None
     except HUB_ERRORS as exc:
