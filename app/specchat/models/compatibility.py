@@ -28,10 +28,10 @@ class TokenizerInfo:
 
     @classmethod
     def from_header(cls, header: GGUFHeader) -> TokenizerInfo:
-        tokens = header.get("tokenizer.ggml.tokens") or []
+        tokens = header.get("tokenizer.ggml.tokens")
         return cls(
             model=str(header.get("tokenizer.ggml.model", "")),
-            tokens=tuple(tokens),  # type: ignore[arg-type]
+            tokens=tuple(map(str, tokens)) if isinstance(tokens, list) else (),
             add_bos=_opt_bool(header.get("tokenizer.ggml.add_bos_token")),
             add_eos=_opt_bool(header.get("tokenizer.ggml.add_eos_token")),
             bos_id=_opt_int(header.get("tokenizer.ggml.bos_token_id")),
@@ -49,7 +49,8 @@ def _opt_bool(v: object) -> bool | None:
 
 
 def _opt_int(v: object) -> int | None:
-    return None if v is None else int(v)  # type: ignore[call-overload]
+    # a token id of another type (text, a number with a fraction) is a broken header: read it as absent
+    return int(v) if isinstance(v, int) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,13 +301,15 @@ class TelemetryRecorder:
         if not fb.permanent and not fb.warning:
             answer.in_fallback = True
         last = self._records[-1] if self._records else None
-        after_round = last is not None and last.request_id == answer.request_id and answer.rounds.rounds > 0
+        if last is not None and not (last.request_id == answer.request_id and answer.rounds.rounds > 0):
+            last = None  # the latest round is another answer's, or this answer has none yet
         marker = FallbackMarker(
-            t=t, seq=last.seq if after_round else self._seq, k=last.k if after_round else 0, reason=fb.reason,
-            permanent=fb.permanent, warning=fb.warning, chat_id=answer.chat_id, request_id=answer.request_id,
+            t=t, seq=last.seq if last is not None else self._seq, k=last.k if last is not None else 0,
+            reason=fb.reason, permanent=fb.permanent, warning=fb.warning, chat_id=answer.chat_id,
+            request_id=answer.request_id,
         )
         self._markers.append(marker)
-        if not after_round:  # a note before the first round: it goes on that round when it comes
+        if last is None:  # a note before the first round: it goes on that round when it comes
             answer.pending.append(marker)
             return
         reason = f"{last.fallback_reason}; {fb.reason}" if last.fallback_reason else fb.reason

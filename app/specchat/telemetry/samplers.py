@@ -96,7 +96,9 @@ class NvmlSampler:
     def __init__(self, nvml: ModuleType | None = None, *, pid: int | None = None,
                  clock: Callable[[], float] = time.time, ram: RamSampler | None = None) -> None:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self._nvml = nvml
         self._pid = os.getpid() if pid is None else pid
         self._ram = ram or RamSampler(clock=clock)
@@ -157,7 +159,8 @@ def _text(name: str | bytes) -> str:
     return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
 
-def default_sampler(nvml: ModuleType | None = None, **kwargs: object) -> MemorySampler:
+def default_sampler(nvml: ModuleType | None = None, *, pid: int | None = None,
+                    clock: Callable[[], float] = time.time, ram: RamSampler | None = None) -> MemorySampler:
     """NVML when it starts and finds a GPU, else RAM only, described as such.
 
     Any failure to reach NVML (no package, no driver library, no device) means the
@@ -165,8 +168,10 @@ def default_sampler(nvml: ModuleType | None = None, **kwargs: object) -> MemoryS
     """
     try:
         if nvml is None:
-            import pynvml as nvml
-        sampler = NvmlSampler(nvml, **kwargs)  # type: ignore[arg-type]
+            import pynvml
+
+            nvml = pynvml
+        sampler = NvmlSampler(nvml, pid=pid, clock=clock, ram=ram)
     except Exception:  # ImportError, pynvml.NVMLError (LibraryNotFound, DriverNotLoaded ...), OSError
         return RamSampler(description=NO_GPU)
     if sampler.gpu_count == 0:
