@@ -75,7 +75,7 @@ class Store:
                 "INSERT INTO chats (title, created_at, updated_at, settings) VALUES (?, ?, ?, ?)",
                 (_clean_title(title), now, now, settings.to_json()),
             )
-        return self.get_chat(cur.lastrowid)
+        return self.get_chat(_inserted_id(cur))
 
     def get_chat(self, chat_id: int) -> Chat:
         row = self.connection.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
@@ -168,7 +168,7 @@ class Store:
             except sqlite3.IntegrityError as exc:  # the foreign key: no such chat
                 raise KeyError(f"no chat {chat_id}") from exc
             conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
-        return self.get_message(cur.lastrowid)
+        return self.get_message(_inserted_id(cur))
 
     def get_message(self, message_id: int) -> Message:
         row = self.connection.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
@@ -374,6 +374,13 @@ class AnswerWriter:
         self._reasoning.clear()
         self._origins.clear()
         self._spans.clear()
+
+
+def _inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just added (sqlite3 says None only when nothing was inserted)."""
+    if cur.lastrowid is None:
+        raise sqlite3.DatabaseError("the INSERT added no row")
+    return cur.lastrowid
 
 
 def _clean_title(title: str) -> str:
