@@ -32,7 +32,7 @@ def service(qtbot, smollm, tmp_path):
 
 def collect(qtbot, svc, **request):
     events = []
-    svc.event.connect(lambda rid, ev: events.append((rid, ev)))
+    svc.engineEvent.connect(lambda rid, ev: events.append((rid, ev)))
     rid = svc.submit(**request)
     qtbot.waitUntil(lambda: any(isinstance(ev, Done) for _, ev in events), timeout=60_000)
     return rid, events
@@ -55,7 +55,7 @@ def test_stop_takes_effect_within_one_round(qtbot, service):
                                                   if isinstance(e, TokensEmitted)) >= 5:
             service.cancel()
 
-    service.event.connect(on_event)
+    service.engineEvent.connect(on_event)
     service.submit(messages=MSGS, mode=Mode.DRAFT, max_tokens=500)
     qtbot.waitUntil(lambda: any(isinstance(ev, Done) for ev in events), timeout=60_000)
     done = events[-1]
@@ -65,7 +65,7 @@ def test_stop_takes_effect_within_one_round(qtbot, service):
 
 def test_a_new_request_drops_the_old_ones_results(qtbot, service):
     seen = []
-    service.event.connect(lambda rid, ev: seen.append(rid))
+    service.engineEvent.connect(lambda rid, ev: seen.append(rid))
     first = service.submit(messages=MSGS, mode=Mode.AUTO, max_tokens=300)
     second = service.submit(messages=({"role": "user", "content": "Hi"},), mode=Mode.AUTO, max_tokens=5)
     qtbot.waitUntil(lambda: second in seen and seen[-1] == second and len(seen) > 2, timeout=60_000)

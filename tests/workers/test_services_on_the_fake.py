@@ -34,7 +34,7 @@ def test_stop_takes_effect_within_one_round_and_later_events_are_dropped(qtbot, 
                                                   if isinstance(e, TokensEmitted)) >= 20:
             service.cancel()
 
-    service.event.connect(on_event)
+    service.engineEvent.connect(on_event)
     rid = service.submit(messages=MSGS, mode=Mode.DRAFT, max_tokens=2000)
     qtbot.waitUntil(lambda: any(isinstance(ev, Done) for _, ev in events), timeout=10_000)
     assert isinstance(events[0][1], Started) and all(r == rid for r, _ in events)
@@ -44,7 +44,7 @@ def test_stop_takes_effect_within_one_round_and_later_events_are_dropped(qtbot, 
 
 def test_a_newer_request_supersedes_the_running_one(qtbot, service):
     events = []
-    service.event.connect(lambda rid, ev: events.append((rid, ev)))
+    service.engineEvent.connect(lambda rid, ev: events.append((rid, ev)))
     first = service.submit(messages=MSGS, mode=Mode.DRAFT, max_tokens=2000)
     second = service.submit(messages=MSGS, mode=Mode.BASELINE, max_tokens=30)
     qtbot.waitUntil(lambda: any(isinstance(ev, Done) and r == second for r, ev in events), timeout=10_000)

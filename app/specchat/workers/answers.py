@@ -113,7 +113,7 @@ class AnswerService(QObject):
         self._loading: PairConfig | None = None
         self.pair_info: PairInfo | None = None
         self._closed = False
-        service.event.connect(self._on_event)
+        service.engineEvent.connect(self._on_event)
         service.pairLoaded.connect(self._on_pair_loaded)
         service.pairFailed.connect(self._on_pair_failed)
         self._flush = QTimer(self, interval=FLUSH_MS)

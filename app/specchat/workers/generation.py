@@ -105,7 +105,8 @@ class GenerationWorker(QObject):
 
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
-    event = Signal(int, object)  # request id, engine event or Started
+    # not "event": that name is QObject.event(), the virtual through which Qt delivers every event
+    engineEvent = Signal(int, object)  # request id, engine event or Started
 
     def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = load_pair,
                  nice: int = 0) -> None:
@@ -173,17 +174,17 @@ class GenerationWorker(QObject):
             return
         try:
             prompt = self._pair.chat_prompt(list(request.messages), reasoning=request.reasoning)
-            self.event.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
+            self.engineEvent.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
             for ev in self._pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                           max_tokens=request.max_tokens, stop=request.stop, cancel=cancel):
-                self.event.emit(rid, ev)
+                self.engineEvent.emit(rid, ev)
         except Exception as exc:  # every worker exception becomes an error event
             traceback.print_exc()
             self._fail(rid, f"generation failed: {exc}")
 
     def _fail(self, rid: int, message: str) -> None:
-        self.event.emit(rid, Error(message))
-        self.event.emit(rid, Done(StopReason.ERROR, GenerationStats.empty(), message))
+        self.engineEvent.emit(rid, Error(message))
+        self.engineEvent.emit(rid, Done(StopReason.ERROR, GenerationStats.empty(), message))
 
 
 class GenerationService(QObject):
@@ -195,7 +196,7 @@ class GenerationService(QObject):
     # forwarded from the worker (queued into the GUI thread)
     pairLoaded = Signal(object)
     pairFailed = Signal(str)
-    event = Signal(int, object)
+    engineEvent = Signal(int, object)
     # private: requests into the worker thread
     _load = Signal(object, object)
     _generate = Signal(object, object)
@@ -219,7 +220,7 @@ class GenerationService(QObject):
         self._unload.connect(self._worker.unload)
         self._worker.pairLoaded.connect(self.pairLoaded)
         self._worker.pairFailed.connect(self.pairFailed)
-        self._worker.event.connect(self._on_event)
+        self._worker.engineEvent.connect(self._on_event)
         self._thread.started.connect(self._worker.lower_priority)  # runs in the new thread, before any work
         start_thread(self._thread, QThread.Priority.LowPriority)
 
@@ -245,7 +246,7 @@ class GenerationService(QObject):
 
     def _on_event(self, rid: int, ev: object) -> None:
         if rid == self.current_request:  # results of an abandoned request never reach the screen
-            self.event.emit(rid, ev)
+            self.engineEvent.emit(rid, ev)
 
     def shutdown(self, patience_ms: int = 10_000) -> None:
         """Stop the running answer or load, free the models in their thread, and end the thread."""
