@@ -37,8 +37,8 @@ class ChatHeader(QWidget):
         for w in (self.pair_label, self.pair_button):
             row.addWidget(w)
         row.addStretch(1)
-        for w in (self.speculation, self.reasoning, self.temperature, self.more):
-            row.addWidget(w)
+        for control in (self.speculation, self.reasoning, self.temperature, self.more):
+            row.addWidget(control)
         self._loading = False
         self.speculation.currentIndexChanged.connect(
             lambda _i: self._emit({"speculation": self.speculation.currentData()}))

@@ -16,9 +16,8 @@ def render(text: str) -> tuple[str, list[str]]:
     """HTML for ``text`` and the code blocks in it (in order), for the copy buttons."""
     tokens = _md.parse(text)
     codes: list[str] = []
-    renderer = _md.renderer
 
-    def fence(tokens, idx, options, env):
+    def fence(_renderer, tokens, idx, options, env):  # bound to the renderer by add_render_rule
         code = tokens[idx].content
         codes.append(code)
         lang = html.escape(tokens[idx].info.strip())
@@ -27,7 +26,7 @@ def render(text: str) -> tuple[str, list[str]]:
                 f"<pre style='margin:0'>{html.escape(code)}</pre></td></tr></table>"
                 f"<div align='right'>{head}<a href='copy:{len(codes) - 1}'>Copy</a></div>")
 
-    renderer.rules["fence"] = fence
-    renderer.rules["code_block"] = fence
-    body = renderer.render(tokens, _md.options, {})
+    _md.add_render_rule("fence", fence)
+    _md.add_render_rule("code_block", fence)
+    body = _md.renderer.render(tokens, _md.options, {})
     return body, codes

@@ -104,7 +104,7 @@ class ModelsDialog(QDialog):
             if p is rec:
                 self.catalog.selectRow(row)
         v.addWidget(self.catalog)
-        row = QHBoxLayout()
+        buttons = QHBoxLayout()
         self.download_button = QPushButton("Download pair")
         self.download_button.clicked.connect(self.download_selected)
         self.cancel_button = QPushButton("Cancel")
@@ -112,10 +112,10 @@ class ModelsDialog(QDialog):
         self.cancel_button.clicked.connect(self.downloads.cancel)
         self.progress = QProgressBar()
         self.progress_label = QLabel("Downloads resume where they stopped and are checked against their hash.")
-        row.addWidget(self.download_button)
-        row.addWidget(self.cancel_button)
-        row.addWidget(self.progress, 1)
-        v.addLayout(row)
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.progress, 1)
+        v.addLayout(buttons)
         v.addWidget(self.progress_label)
         return tab
 
@@ -123,7 +123,10 @@ class ModelsDialog(QDialog):
         rows = self.catalog.selectionModel().selectedRows()
         if not rows or self.downloads.active is not None:
             return
-        pair = next(p for p in self.pairs if p.id == self.catalog.item(rows[0].row(), 0).data(ROLE))
+        name = self.catalog.item(rows[0].row(), 0)
+        if name is None:  # every catalog row has its name cell; nothing to download otherwise
+            return
+        pair = next(p for p in self.pairs if p.id == name.data(ROLE))
         files = [pair.target.hub_file()] + ([pair.drafts[0].hub_file()] if pair.drafts else [])
         self._sources = [pair.target.ref] + ([pair.drafts[0].ref] if pair.drafts else [])
         self._job = self.downloads.start(files)

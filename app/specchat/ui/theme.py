@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 def apply_theme(name: str) -> None:
     app = QApplication.instance()
-    if app is None:
+    if not isinstance(app, QApplication):  # none yet, or a core application (no widgets, no style)
         return
     app.setStyle("Fusion")
     if name != "dark":
