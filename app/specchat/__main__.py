@@ -44,9 +44,10 @@ def split_global_flags(argv: list[str]) -> tuple[Path | None, Path | None, list[
         name, eq, value = arg.partition("=")
         if name in found and not (name == "--profile" and command_seen and rest[0] in OWN_PROFILE_OPTION):
             if not eq:
-                value = next(it, None)
-                if value is None or value.startswith("-"):
+                following = next(it, None)
+                if following is None or following.startswith("-"):
                     raise ValueError(f"{name} needs {what[name]}")
+                value = following
             if not value:
                 raise ValueError(f"{name} needs {what[name]}")
             found[name] = Path(value).expanduser()

@@ -31,13 +31,13 @@ Prompt = Callable[[str, tuple[str, ...]], str | None]
 
 def dialog_prompt(text: str, buttons: tuple[str, ...]) -> str | None:
     """A modal message box; without a screen (offscreen) nobody can answer, so it answers Quit."""
-    from PySide6.QtWidgets import QApplication, QMessageBox
+    from PySide6.QtWidgets import QAbstractButton, QApplication, QMessageBox
 
-    app = QApplication.instance()
-    if app is None or app.platformName() in ("offscreen", "minimal"):
+    app = QApplication.instance()  # typed QCoreApplication; a message box needs a QApplication
+    if not isinstance(app, QApplication) or app.platformName() in ("offscreen", "minimal"):
         return QUIT if QUIT in buttons else None
     box = QMessageBox(QMessageBox.Icon.Critical, "SpecChat", text)
-    made = {box.addButton(b, QMessageBox.ButtonRole.AcceptRole if b != QUIT else QMessageBox.ButtonRole.RejectRole): b
+    made: dict[QAbstractButton, str] = {box.addButton(b, QMessageBox.ButtonRole.AcceptRole if b != QUIT else QMessageBox.ButtonRole.RejectRole): b
             for b in buttons}
     box.exec()
     return made.get(box.clickedButton())
@@ -99,7 +99,8 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
     from .theme import apply_theme
 
     profile = (profile or Profile.default()).with_config_file(config_path)
-    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
+    existing = QApplication.instance()  # typed QCoreApplication: the window needs a QApplication
+    app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("SpecChat")
     app.setOrganizationName("SpecChat")
     app.setDesktopFileName("specchat")  # matches packaging/specchat.desktop (Wayland, task bars)

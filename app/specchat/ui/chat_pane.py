@@ -9,6 +9,7 @@ says it changed, and builds everything else from the store.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -139,11 +140,14 @@ class ChatPane(QWidget):
         self.update_buttons()
 
     def settings(self) -> ChatSettings:
+        """The shown chat's settings (there must be one)."""
+        if self.chat_id is None:
+            raise KeyError("no chat is shown")
         return self.store.get_chat(self.chat_id).settings
 
     # -- settings ----------------------------------------------------------------------
 
-    def update_settings(self, **change: object) -> None:
+    def update_settings(self, **change: Any) -> None:  # ChatSettings fields by name; validate() checks them
         if self.chat_id is None:
             return
         new = replace(self.settings(), **change)
@@ -191,12 +195,12 @@ class ChatPane(QWidget):
             self.titleChanged.emit()
         m = self.store.add_message(self.chat_id, "user", text)
         self.conversation.add("user", m.content)
-        self._ask()
+        self._ask(self.chat_id)
 
-    def _ask(self) -> None:
+    def _ask(self, chat_id: int) -> None:
         self.show_notice("")
-        live = self.answers.ask(self.chat_id)
-        if self._live is None and self.answers.answer(self.chat_id) is live:
+        live = self.answers.ask(chat_id)
+        if self._live is None and self.answers.answer(chat_id) is live:
             self._paint_live(live)
         self.update_buttons()
 
@@ -209,8 +213,8 @@ class ChatPane(QWidget):
         if last_user is None:
             return
         self.store.delete_messages_after(last_user.id)
-        self.show_chat(self.chat_id)
-        self._ask()
+        self.show_chat(last_user.chat_id)  # the shown chat's
+        self._ask(last_user.chat_id)
 
     def edit_last(self, text: str | None = None) -> None:
         """Edit the last user message (asking for the new text unless given) and answer it again."""
@@ -222,8 +226,8 @@ class ChatPane(QWidget):
             text, ok = QInputDialog.getMultiLineText(self, "Edit and resend", "Message:", last_user.content)
         if ok and text.strip():
             self.store.edit_message(last_user.id, text.strip())
-            self.show_chat(self.chat_id)
-            self._ask()
+            self.show_chat(last_user.chat_id)  # the shown chat's
+            self._ask(last_user.chat_id)
 
     def _last_user(self) -> Message | None:
         if self.chat_id is None or self.generating:

@@ -46,7 +46,8 @@ def run_self_test(argv: list[str]) -> int:
 
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="specchat-selftest-"))
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    existing = QApplication.instance()  # typed QCoreApplication: the window needs a QApplication
+    app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])
     check(True, f"Qt {app.platformName()} platform plugin")
     info = backend_info()
     check(True, f"llama.cpp loaded: {info['backend']} backend")
@@ -82,7 +83,12 @@ def run_self_test(argv: list[str]) -> int:
         if window.pane.generating and time.monotonic() < deadline:
             QTimer.singleShot(100, step)
             return
-        answer = store.messages(window.chat_id)[-1]
+        messages = store.messages(window.chat_id) if window.chat_id is not None else []
+        if not messages:
+            check(False, "streamed an answer: no chat shown")
+            app.quit()
+            return
+        answer = messages[-1]
         check(answer.role == "assistant" and answer.state == "done" and bool(answer.content.strip()),
               f"streamed an answer: {answer.stats.tokens if answer.stats else 0} tokens, state {answer.state}")
         app.quit()
