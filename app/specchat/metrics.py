@@ -218,3 +218,60 @@ def counted(name: str) -> property:
     if name not in COUNT_FIELDS:
         raise ValueError(f"no count named {name!r}")
     return property(lambda self: getattr(self.counts, name), doc=f"``counts.{name}``")
+
+
+class CountsView:
+    """The flat names and one answer's figures over ``self.counts``, for records that embed a
+    :class:`Counts` (the engine's answer stats, stored message stats, a bench run).
+
+    Every count reads through; the rates are 0.0 rather than None where a screen prints a
+    number either way; the acceptances stay None when nothing was drafted.
+    """
+
+    __slots__ = ()
+    counts: Counts
+
+    tokens = counted("tokens")
+    decoded = counted("decoded")
+    prompt_tokens = counted("prompt_tokens")
+    reused_tokens = counted("reused_tokens")
+    drafted = counted("drafted")
+    accepted = counted("accepted")
+    rounds = counted("rounds")
+    rounds_with_draft = counted("rounds_with_draft")
+    rounds_fully_accepted = counted("rounds_fully_accepted")
+    k_sum = counted("k_sum")
+    fallback_rounds = counted("fallback_rounds")
+    prefill_s = counted("prefill_s")
+    decode_s = counted("decode_s")
+    draft_s = counted("draft_s")
+    verify_s = counted("verify_s")
+    overhead_s = counted("overhead_s")
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.counts.decode_tok_s or 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.counts.prefill_tok_s or 0.0
+
+    @property
+    def token_acceptance(self) -> float | None:
+        return self.counts.token_acceptance
+
+    @property
+    def sequence_acceptance(self) -> float | None:
+        return self.counts.sequence_acceptance
+
+    @property
+    def mean_k(self) -> float:
+        return self.counts.mean_k or 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.counts.mean_accepted or 0.0
+
+    @property
+    def fallback_share(self) -> float:
+        return self.counts.fallback_share or 0.0

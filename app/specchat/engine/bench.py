@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from specchat import metrics
-from specchat.metrics import Counts, counted
+from specchat.metrics import Counts, CountsView
 
 from .events import Done, Error, Fallback, TokensEmitted
 from .pair import SpeculativePair
@@ -22,7 +22,7 @@ from .suite import BenchPrompt
 
 
 @dataclass(frozen=True, slots=True)
-class BenchRun:
+class BenchRun(CountsView):
     """One generation of the benchmark: what it wrote and its counts (the figures are read from them)."""
 
     mode: str
@@ -34,38 +34,6 @@ class BenchRun:
     stop_reason: str
     fallbacks: list[str]
     counts: Counts = Counts()
-
-    tokens = counted("tokens")
-    drafted = counted("drafted")
-    accepted = counted("accepted")
-    rounds = counted("rounds")
-    rounds_with_draft = counted("rounds_with_draft")
-    rounds_fully_accepted = counted("rounds_fully_accepted")
-    k_sum = counted("k_sum")
-    decode_s = counted("decode_s")
-    draft_s = counted("draft_s")
-    verify_s = counted("verify_s")
-    overhead_s = counted("overhead_s")
-
-    @property
-    def decode_tok_s(self) -> float:
-        return self.counts.decode_tok_s or 0.0
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return self.counts.prefill_tok_s or 0.0
-
-    @property
-    def token_acceptance(self) -> float | None:
-        return self.counts.token_acceptance
-
-    @property
-    def sequence_acceptance(self) -> float | None:
-        return self.counts.sequence_acceptance
-
-    @property
-    def mean_k(self) -> float:
-        return self.counts.mean_k or 0.0
 
     def to_json(self) -> dict:
         """The per-run keys of the command line contract (docs/ARCHITECTURE.md), then every raw count."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specchat.metrics import Counts, counted
+from specchat.metrics import Counts, CountsView
 
 from .settings import Drafter
 
@@ -108,7 +108,7 @@ class Error:
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationStats:
+class GenerationStats(CountsView):
     """Totals of one answer: its :class:`~specchat.metrics.Counts`, the mode it ran in and
     the fallbacks it declared.  The flat names (``tokens``, ``token_acceptance`` ...) read
     the counts, so every figure comes from :mod:`specchat.metrics`."""
@@ -121,52 +121,6 @@ class GenerationStats:
     def empty(cls, mode: str = "") -> GenerationStats:
         """Nothing counted (an answer that failed before its first token)."""
         return cls(str(mode))
-
-    tokens = counted("tokens")
-    decoded = counted("decoded")
-    prompt_tokens = counted("prompt_tokens")
-    reused_tokens = counted("reused_tokens")
-    drafted = counted("drafted")
-    accepted = counted("accepted")
-    rounds = counted("rounds")
-    rounds_with_draft = counted("rounds_with_draft")
-    rounds_fully_accepted = counted("rounds_fully_accepted")
-    k_sum = counted("k_sum")
-    fallback_rounds = counted("fallback_rounds")
-    prefill_s = counted("prefill_s")
-    decode_s = counted("decode_s")
-    draft_s = counted("draft_s")
-    verify_s = counted("verify_s")
-    overhead_s = counted("overhead_s")
-
-    # one answer's figures; 0.0 rather than None where a screen prints a number either way
-    @property
-    def decode_tok_s(self) -> float:
-        return self.counts.decode_tok_s or 0.0
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return self.counts.prefill_tok_s or 0.0
-
-    @property
-    def token_acceptance(self) -> float | None:
-        return self.counts.token_acceptance
-
-    @property
-    def sequence_acceptance(self) -> float | None:
-        return self.counts.sequence_acceptance
-
-    @property
-    def mean_k(self) -> float:
-        return self.counts.mean_k or 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        return self.counts.mean_accepted or 0.0
-
-    @property
-    def fallback_share(self) -> float:
-        return self.counts.fallback_share or 0.0
 
     def summary(self) -> str:
         """The one-line footer: '41.0 tok/s · 212 tokens · 78% draft accepted · mean K 3.1'."""

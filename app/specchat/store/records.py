@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from specchat.metrics import Counts, counted
+from specchat.metrics import Counts, CountsView
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def normalize_task_tag(tag: object) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageStats:
+class MessageStats(CountsView):
     """What one finished answer measured: its counts (:class:`specchat.metrics.Counts`),
     the mode it ran in, why it stopped and the fallbacks it declared.
 
@@ -132,43 +132,6 @@ class MessageStats:
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
         object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
-
-    tokens = counted("tokens")
-    decoded = counted("decoded")
-    prompt_tokens = counted("prompt_tokens")
-    drafted = counted("drafted")
-    accepted = counted("accepted")
-    rounds = counted("rounds")
-    rounds_with_draft = counted("rounds_with_draft")
-    rounds_fully_accepted = counted("rounds_fully_accepted")
-    k_sum = counted("k_sum")
-    fallback_rounds = counted("fallback_rounds")
-    prefill_s = counted("prefill_s")
-    decode_s = counted("decode_s")
-    draft_s = counted("draft_s")
-    verify_s = counted("verify_s")
-    overhead_s = counted("overhead_s")
-
-    # one answer's figures, as the engine's GenerationStats gives them
-    @property
-    def decode_tok_s(self) -> float:
-        return self.counts.decode_tok_s or 0.0
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return self.counts.prefill_tok_s or 0.0
-
-    @property
-    def token_acceptance(self) -> float | None:
-        return self.counts.token_acceptance
-
-    @property
-    def sequence_acceptance(self) -> float | None:
-        return self.counts.sequence_acceptance
-
-    @property
-    def mean_k(self) -> float:
-        return self.counts.mean_k or 0.0
 
     def to_json(self) -> str:
         doc = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
