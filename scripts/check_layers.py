@@ -27,6 +27,7 @@ UI_ALLOWED = (
     "specchat.telemetry",
     "specchat.config",
     "specchat.profile",
+    "specchat.errors",
     "specchat.pair_loading",
     "specchat.engine",  # the package's public events and settings (its __init__)
     "specchat.engine.events",

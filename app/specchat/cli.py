@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
+from specchat.errors import UserError
 from specchat.profile import Profile
 
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPATIBLE = 3
 
 
-class CliError(Exception):
+class CliError(UserError):
     def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
         self.code = code
@@ -370,12 +371,8 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:
-        # a damaged registry, user catalog or config found mid-command: one line, exit 2
-        from specchat.models.catalog import CatalogError
-        from specchat.models.registry import RegistryError
-
-        if isinstance(exc, RegistryError | CatalogError | ConfigError):
-            print(f"specchat: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        raise
+    except UserError as exc:
+        # every problem the user can act on (a damaged or hostile file, a bad reference, a refused
+        # download, a model that does not fit) is a UserError with a one-line message: exit 2
+        print(f"specchat: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specchat.cli import EXIT_INCOMPATIBLE, CliError
+from specchat.errors import UserError
 from specchat.models.catalog import CatalogError, CatalogModel, add_user_pair, find_pair, load_catalog
 from specchat.models.compatibility import check_pair
 from specchat.models.fit import GIB, estimate_files, fit_pair, free_memory
@@ -143,14 +144,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
             verdict, fetched = check_remote_pair(CatalogModel.parse(args.target).hub_file(),
                                                  CatalogModel.parse(args.draft).hub_file())
-    except GGUFError as exc:
+    except UserError as exc:  # an unreadable file, a bad reference, a hub or network problem
         raise CliError(str(exc)) from None
-    except CatalogError as exc:
-        raise CliError(str(exc)) from None
-    except Exception as exc:  # DownloadError from the remote check
-        if type(exc).__name__ in ("DownloadError", "DownloadCancelled"):
-            raise CliError(str(exc)) from None
-        raise
     if args.json:
         doc = {"compatible": verdict.compatible, "reason": verdict.reason}
         if fetched is not None:

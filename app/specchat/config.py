@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.engine.settings import ControllerSettings
+from specchat.errors import UserError
 from specchat.profile import Profile, write_text_atomically
 
 LOCK_TIMEOUT_S = 10.0
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """One line naming the bad key (and the file, when the value came from one)."""
 
 

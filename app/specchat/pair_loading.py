@@ -21,12 +21,13 @@ from pathlib import Path
 from specchat.config import BY_KEY, AppConfig, as_int
 from specchat.engine.pair import PairConfig
 from specchat.engine.runtime import ModelOptions
+from specchat.errors import UserError
 from specchat.profile import Profile
 
 OVERRIDES = ("n_ctx", "threads", "gpu_layers", "draft_gpu_layers", "k_max")
 
 
-class PairError(ValueError):
+class PairError(UserError, ValueError):
     """The pair cannot be found or loaded as named; one line saying what to do."""
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from specchat.errors import UserError
 from specchat.models.gguf_header import GGUFError, validate_file
 
 
-class LlamaError(RuntimeError):
+class LlamaError(UserError, RuntimeError):
     """llama.cpp refused or failed; the message is one line for the user."""
 
 

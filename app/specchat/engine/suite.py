@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.errors import UserError
+
 
 @dataclass(frozen=True, slots=True)
 class BenchPrompt:
@@ -57,7 +59,7 @@ BUILTIN: tuple[BenchPrompt, ...] = (
 )
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError, ValueError):
     pass
 
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specchat.errors import UserError
 
-class CatalogError(ValueError):
+
+class CatalogError(UserError, ValueError):
     pass
 
 

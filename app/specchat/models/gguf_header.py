@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
+from specchat.errors import UserError
+
 # metadata arrays we do not need as Python objects (they are skipped, not decoded)
 SKIPPED_ARRAYS = frozenset({"tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"})
 
@@ -29,7 +31,7 @@ _SCALAR = {
 }
 
 
-class GGUFError(ValueError):
+class GGUFError(UserError, ValueError):
     """The file is not a readable GGUF file; the message is one line for the user."""
 
 

@@ -59,6 +59,8 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get, repo_folder_name
 from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
+from specchat.errors import UserError
+
 PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress callbacks a second
 RATE_WINDOW_S = 5.0  # the rate is measured over the last few seconds, so a stall shows
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -92,7 +94,7 @@ class DownloadProgress:
     eta_s: float | None  # None while the rate is unknown
 
 
-class DownloadError(Exception):
+class DownloadError(UserError):
     """A download failed for a reason the user can act on; the message is one line for the user."""
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from specchat.errors import UserError
 from specchat.profile import Profile, write_text_atomically
 
 from .compatibility import PairCompatibility, check_pair
@@ -33,7 +34,7 @@ REGISTRY_VERSION = 1
 LOCK_TIMEOUT_S = 10.0
 
 
-class RegistryError(Exception):
+class RegistryError(UserError):
     """The registry file cannot be used; one line naming the file and what to do."""
 
 

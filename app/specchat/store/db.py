@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat.errors import UserError
+
 from .schema import MIGRATIONS, Migration
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 DB_FILENAME = "specchat.sqlite3"
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """The database cannot be used (written by a newer version, not a SQLite file ...)."""
 
 

@@ -1,0 +1,26 @@
+"""The one error type that reaches the user: :class:`UserError`.
+
+Every failure a person can cause or fix (a damaged or hostile file, a bad reference,
+a refused download, an incompatible pair, a model that does not fit) is raised as a
+subclass of UserError whose message is one line naming the thing and what to do.  The
+command line prints it as ``specchat: <message>`` and exits 2; the app shows it in one
+dialog or in the chat.  Anything else that escapes is a bug in SpecChat.
+
+Qt-free and a leaf: it imports nothing of the app, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem the user can act on; ``str()`` is always one line (newlines and runs of
+    whitespace in the message, say from a quoted file name or server answer, are collapsed)."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` as one line of at most ``limit`` characters (control characters become spaces)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
