@@ -28,6 +28,7 @@ UI_ALLOWED = (
     "specchat.config",
     "specchat.profile",
     "specchat.errors",
+    "specchat.files",
     "specchat.pair_loading",
     "specchat.engine",  # the package's public events and settings (its __init__)
     "specchat.engine.events",

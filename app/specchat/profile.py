@@ -12,11 +12,10 @@ Qt-free and a leaf: it imports nothing of the app, so every layer may use it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from specchat.files import write_text_atomically  # noqa: F401  (re-exported: where callers found it)
 
 APP_NAME = "specchat"
 
@@ -73,27 +72,3 @@ class Profile:
     def user_catalog(self) -> Path:
         """The user's own pairs (``specchat models add``), beside the settings."""
         return self.config_dir / "catalog.toml"
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of one.
-
-    The temp file has a unique name in the same directory (two processes never share
-    one), is flushed to disk, then renamed over ``path``; on any failure it is removed
-    and ``path`` is untouched.  Raises OSError.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():  # keep the file's permissions (a new file stays 0600, private like the data)
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -19,8 +19,9 @@ import pytest
 from app_driver import send
 
 from fakes import FakeSpec
+from specchat.files import move_aside
 from specchat.profile import Profile
-from specchat.ui.app import MOVE_ASIDE, move_aside
+from specchat.ui.app import MOVE_ASIDE
 
 
 def run_app_in_child(root: Path, answer: str = "Quit", timeout: float = 60) -> subprocess.CompletedProcess:
@@ -101,7 +102,7 @@ def test_a_corrupt_database_can_be_moved_aside_to_start_fresh(tmp_path):
     profile.database.write_bytes(garbage)
     done = run_app_in_child(tmp_path, answer=MOVE_ASIDE)
     assert done.returncode == 0, done.stderr
-    moved = list(profile.data_dir.glob("specchat.sqlite3.damaged-*"))
+    moved = list(profile.data_dir.glob("specchat.sqlite3.corrupt-*"))
     assert len(moved) == 1 and moved[0].read_bytes() == garbage
     assert sqlite3.connect(profile.database).execute("SELECT count(*) FROM chats").fetchone() == (1,)
 

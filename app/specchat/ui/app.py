@@ -14,10 +14,10 @@ Nothing before step 3 starts a thread, so no error path can end in Qt's
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specchat.files import move_aside
 from specchat.profile import Profile
 
 EXIT_BAD_INPUT = 2
@@ -41,22 +41,6 @@ def dialog_prompt(text: str, buttons: tuple[str, ...]) -> str | None:
             for b in buttons}
     box.exec()
     return made.get(box.clickedButton())
-
-
-def move_aside(path: Path, now: float | None = None) -> Path:
-    """Rename a damaged file (and SQLite's -wal/-shm beside it) to ``NAME.damaged-YYYYmmdd-HHMMSS``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    target = path.with_name(f"{path.name}.damaged-{stamp}")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
-    path.rename(target)
-    for suffix in ("-wal", "-shm"):
-        side = path.with_name(path.name + suffix)
-        if side.exists():
-            side.rename(target.with_name(target.name + suffix))
-    return target
 
 
 def acquire_instance_lock(profile: Profile):
