@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
-from specchat.errors import UserError
+from specchat.errors import UserError, one_line
 from specchat.profile import Profile
 
 EXIT_BAD_INPUT = 2
@@ -34,11 +34,24 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message}")
 
 
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text}")
-    return v
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in lo..hi (a huge --ctx must be refused here, not overflow later)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo:,} to {hi:,}: {text[:40]}")
+        return v
+
+    parse.__name__ = "whole number"  # what argparse names in its message
+    return parse
+
+
+_positive_int = _int_in(1, 1 << 20)
+MAX_CTX = 1 << 24  # 16M tokens: past any model's trained context; beyond it only arithmetic overflows
 
 
 def _setting(key: str) -> Callable[[str], int]:
@@ -120,7 +133,7 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     lst.add_argument("--json", action="store_true")
     pull = msub.add_parser("pull", help="download a catalog pair (or owner/repo/file.gguf) from the hub")
     pull.add_argument("pair", help="a pair id from 'models list', or owner/repo/file.gguf")
-    pull.add_argument("--draft-index", type=int, default=0, help="which of the pair's drafts (default: first)")
+    pull.add_argument("--draft-index", type=_int_in(0, 1000), default=0, help="which of the pair's drafts (default: first)")
     pull.add_argument("--no-check", action="store_true", help="skip the header-only compatibility check")
     imp = msub.add_parser("import", help="validate local GGUF files and add them to the registry")
     imp.add_argument("paths", nargs="+", type=Path)
@@ -132,7 +145,7 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     fit = msub.add_parser("fit", help="will TARGET [DRAFT] fit in this machine's memory?")
     fit.add_argument("target", type=Path)
     fit.add_argument("draft", type=Path, nargs="?")
-    fit.add_argument("--ctx", type=_positive_int, default=4096)
+    fit.add_argument("--ctx", type=_int_in(1, MAX_CTX), default=4096)
     fit.add_argument("--no-flash-attn", action="store_true", help="estimate without flash attention")
     fit.add_argument("--json", action="store_true")
     cfg = sub.add_parser("config", help="show the settings in force and where they come from")
@@ -346,6 +359,7 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
          profile: Profile | None = None) -> int:
     """Run one command.  ``profile``: the user's files (default: the platformdirs profile);
     ``config_path`` (``--config FILE``) replaces its settings file and must exist."""
+    _show_warnings()
     try:
         profile = (profile or Profile.default()).with_config_file(config_path)
         try:
@@ -376,3 +390,40 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
         # download, a model that does not fit) is a UserError with a one-line message: exit 2
         print(f"specchat: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError:
+        print("specchat: out of memory (a model or an input too large for this machine)", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        # a bug in SpecChat, not the user's doing: one line, the traceback kept in a file to report
+        print(f"specchat: internal error: {_crash_report(exc)}", file=sys.stderr)
+        return 1
+
+
+def _show_warnings() -> None:
+    """Warnings of the core (logger "specchat": a damaged file moved aside, a cache rebuilt) as
+    ``specchat: ...`` lines on stderr, once per process."""
+    import logging
+
+    class ToStderr(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:  # sys.stderr as it is now, not at set-up
+            print(f"specchat: {one_line(record.getMessage())}", file=sys.stderr)
+
+    log = logging.getLogger("specchat")
+    if not any(type(h).__name__ == "ToStderr" for h in log.handlers):
+        log.addHandler(ToStderr(logging.INFO))
+        log.setLevel(logging.INFO)
+
+
+def _crash_report(exc: BaseException) -> str:
+    """Write the traceback to a temp file; return one line naming the error and that file."""
+    import tempfile
+    import traceback
+
+    what = f"{type(exc).__name__}: {exc}"
+    try:
+        fd, path = tempfile.mkstemp(prefix="specchat-crash-", suffix=".txt")
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        return one_line(what)
+    return one_line(f"{what} (please report it with {path})")
