@@ -59,6 +59,9 @@ BUILTIN: tuple[BenchPrompt, ...] = (
 )
 
 
+MAX_SUITE_BYTES = 64 << 20
+
+
 class SuiteError(UserError, ValueError):
     pass
 
@@ -68,18 +71,24 @@ def load_suite(spec: str) -> list[BenchPrompt]:
         return list(BUILTIN)
     path = Path(spec)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        if path.stat().st_size > MAX_SUITE_BYTES:
+            raise SuiteError(f"{spec}: a suite file over {MAX_SUITE_BYTES >> 20} MiB is not a prompt list")
+        lines = path.read_bytes().decode("utf-8-sig").splitlines()
     except OSError as exc:
-        raise SuiteError(f"{spec}: cannot read suite ({exc.strerror})") from None
+        raise SuiteError(f"{spec}: cannot read suite ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{spec}: not UTF-8 text (byte {exc.start})") from None
     out = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("expected a JSON object with 'messages'")
             msgs = obj["messages"]
-            if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
-                                                     for m in msgs):
+            if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                     and isinstance(m.get("content"), str) for m in msgs):
                 raise ValueError("messages must be a list of {role, content}")
             out.append(BenchPrompt(str(obj.get("id", f"line{n}")), str(obj.get("task", "custom")), tuple(msgs)))
         except (ValueError, KeyError, TypeError) as exc:
