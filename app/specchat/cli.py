@@ -390,6 +390,11 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
         # download, a model that does not fit) is a UserError with a one-line message: exit 2
         print(f"specchat: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:
+        # the file system said no (a full disk, no permission, a directory where a file goes): the user's to fix
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"specchat: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except MemoryError:
         print("specchat: out of memory (a model or an input too large for this machine)", file=sys.stderr)
         return 1

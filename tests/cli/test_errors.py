@@ -75,3 +75,15 @@ def test_numbers_out_of_range_are_refused_before_any_work(capsys, tmp_path, argv
 def test_one_line_flattens_control_characters_and_caps_length() -> None:
     assert one_line("a\r\nb\x00c\x1b[31m") == "a b c [31m"
     assert len(one_line("x" * 10_000)) == 400
+
+
+def test_a_file_system_refusal_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch) -> None:
+    import errno
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out.json"))
+
+    monkeypatch.setattr(cli, "cmd_config", full)
+    rc, lines = run(capsys, tmp_path, "config")
+    assert rc == 2
+    assert lines == [f"specchat: {tmp_path / 'out.json'}: No space left on device"]
