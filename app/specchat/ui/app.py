@@ -13,17 +13,26 @@ Nothing before step 3 starts a thread, so no error path can end in Qt's
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from specchat.errors import one_line
 from specchat.files import move_aside
 from specchat.profile import Profile
+
+if TYPE_CHECKING:
+    from specchat.config import AppConfig
+    from specchat.models.registry import Registry
+    from specchat.store import Store
 
 EXIT_BAD_INPUT = 2
 EXIT_ALREADY_RUNNING = 1
 QUIT = "Quit"
 MOVE_ASIDE = "Move it aside and start fresh"
+CONTINUE = "Continue"
 
 # shows a message with buttons and returns the button chosen (None: closed)
 Prompt = Callable[[str, tuple[str, ...]], str | None]
@@ -35,8 +44,9 @@ def dialog_prompt(text: str, buttons: tuple[str, ...]) -> str | None:
 
     app = QApplication.instance()  # typed QCoreApplication; a message box needs a QApplication
     if not isinstance(app, QApplication) or app.platformName() in ("offscreen", "minimal"):
-        return QUIT if QUIT in buttons else None
-    box = QMessageBox(QMessageBox.Icon.Critical, "SpecChat", text)
+        return QUIT if QUIT in buttons else buttons[0] if buttons else None
+    icon = QMessageBox.Icon.Critical if QUIT in buttons else QMessageBox.Icon.Warning
+    box = QMessageBox(icon, "SpecChat", text)
     made: dict[QAbstractButton, str] = {box.addButton(b, QMessageBox.ButtonRole.AcceptRole if b != QUIT else QMessageBox.ButtonRole.RejectRole): b
             for b in buttons}
     box.exec()
@@ -64,6 +74,27 @@ def acquire_instance_lock(profile: Profile):
             "switch to its window, or start another profile with --profile DIR")
 
 
+@contextlib.contextmanager
+def warnings_logged() -> Iterator[list[str]]:
+    """Collect what the core logs as warnings meanwhile (logger "specchat": a damaged file moved
+    aside and rebuilt), one line each, so start-up can show them before the window opens."""
+    import logging
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(one_line(record.getMessage()))
+
+    log = logging.getLogger("specchat")
+    handler = Keep(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        log.removeHandler(handler)
+
+
 def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str | None:
     print(f"specchat: {text}", file=sys.stderr)
     return prompt(text, buttons)
@@ -74,10 +105,6 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
     from PySide6.QtCore import QSettings
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
-
-    from specchat.config import AppConfig, ConfigError
-    from specchat.models.registry import Registry, RegistryError
-    from specchat.store import StoreError, open_store
 
     from .session import AppSession
     from .theme import apply_theme
@@ -96,33 +123,15 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
         _say(prompt, lock)
         return EXIT_ALREADY_RUNNING
     try:
-        # 2. everything that can be wrong with the files, before any thread starts
-        try:
-            config = AppConfig(profile.config_file, must_exist=config_path is not None)
-            config.controller()
-        except ConfigError as exc:
-            _say(prompt, f"{exc}. Fix the file or move it aside (SpecChat never overwrites it).")
-            return EXIT_BAD_INPUT
-        try:
-            store = open_store(profile.database)
-        except StoreError as exc:
-            choice = _say(prompt, f"{exc}. SpecChat can move the file aside (renamed, nothing deleted) and "
-                                  "start with no chats, or quit.", (MOVE_ASIDE, QUIT))
-            if choice != MOVE_ASIDE:
-                return EXIT_BAD_INPUT
-            moved = move_aside(profile.database)
-            print(f"specchat: moved the damaged database to {moved}", file=sys.stderr)
-            try:
-                store = open_store(profile.database)
-            except StoreError as again:
-                _say(prompt, str(again))
-                return EXIT_BAD_INPUT
-        try:
-            registry = Registry(profile.registry)
-        except RegistryError as exc:
-            store.close()
-            _say(prompt, f"{exc}")
-            return EXIT_BAD_INPUT
+        # 2. everything that can be wrong with the files, before any thread starts; what the
+        # core repaired on the way (a damaged registry moved aside and rebuilt) is said after
+        with warnings_logged() as repaired:
+            opened = _open_files(profile, config_path, prompt)
+        if isinstance(opened, int):
+            return opened
+        config, store, registry = opened
+        for text in repaired:
+            _say(prompt, text, (CONTINUE,))
 
         # 3. the threads, then the window
         apply_theme(str(config["theme"]))
@@ -136,3 +145,38 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
             session.close()
     finally:
         lock.unlock()
+
+
+def _open_files(profile: Profile, config_path: Path | None, prompt: Prompt) -> tuple[AppConfig, Store, Registry] | int:
+    """(config, store, registry), each checked; or the exit code after saying what is wrong."""
+    from specchat.config import AppConfig, ConfigError
+    from specchat.models.registry import Registry, RegistryError
+    from specchat.store import StoreError, open_store
+
+    try:
+        config = AppConfig(profile.config_file, must_exist=config_path is not None)
+        config.controller()
+    except ConfigError as exc:
+        _say(prompt, f"{exc}. Fix the file or move it aside (SpecChat never overwrites it).")
+        return EXIT_BAD_INPUT
+    try:
+        store = open_store(profile.database)
+    except StoreError as exc:
+        choice = _say(prompt, f"{exc}. SpecChat can move the file aside (renamed, nothing deleted) and "
+                              "start with no chats, or quit.", (MOVE_ASIDE, QUIT))
+        if choice != MOVE_ASIDE:
+            return EXIT_BAD_INPUT
+        moved = move_aside(profile.database)
+        print(f"specchat: moved the damaged database to {moved}", file=sys.stderr)
+        try:
+            store = open_store(profile.database)
+        except StoreError as again:
+            _say(prompt, str(again))
+            return EXIT_BAD_INPUT
+    try:
+        registry = Registry(profile.registry)
+    except RegistryError as exc:
+        store.close()
+        _say(prompt, f"{exc}")
+        return EXIT_BAD_INPUT
+    return config, store, registry
