@@ -10,7 +10,12 @@ cache) goes through these three functions:
 - :func:`locked`: the cross-process lock for a read-modify-write (``NAME.lock`` beside
   the file), so concurrent processes merge their changes instead of overwriting;
 - :func:`move_aside`: a damaged file is renamed ``NAME.corrupt-YYYYmmdd-HHMMSS``, never
-  silently replaced; the caller says so in one line.
+  silently replaced; the caller says so in one line (:func:`warn`: the ``specchat``
+  logger, which the CLI prints to stderr and the app shows).
+
+A process killed between creating its temp file and the rename leaves ``.NAME.XXXXXXXX.tmp``
+behind.  Nothing ever reads one (readers open ``NAME`` only); the next write of ``NAME``
+removes those older than :data:`STALE_TEMP_S`.
 
 Qt-free and a leaf: it imports nothing of the app but the error type.
 """
@@ -18,15 +23,23 @@ Qt-free and a leaf: it imports nothing of the app but the error type.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from specchat.errors import UserError
+from specchat.errors import UserError, one_line
 
 LOCK_TIMEOUT_S = 10.0
+# A write takes milliseconds (fsync included); a temp file this old belongs to a writer that
+# was killed.  An hour leaves a writer stalled on a slow disk far more time than it needs.
+STALE_TEMP_S = 3600.0
+_TEMP_RANDOM = "[a-z0-9_]{8}"  # tempfile.mkstemp's random part
+
+log = logging.getLogger("specchat")
 
 
 class FileBusyError(UserError):
@@ -55,6 +68,40 @@ def write_text_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    remove_stale_temps(path)
+
+
+def remove_stale_temps(path: Path, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+    """Remove the temp files of ``path`` that writers killed mid-write left behind; returns them.
+
+    Only names :func:`write_text_atomically` makes (``.NAME.XXXXXXXX.tmp``) and only older
+    than ``older_than_s``, so a write in progress in another process is never touched.
+    """
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{_TEMP_RANDOM}\.tmp")
+    cutoff = time.time() - older_than_s
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            with contextlib.suppress(OSError):
+                if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False) \
+                        and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
+
+
+def read_capped(path: Path, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of ``path`` and whether there was more (a file of ours that
+    grew past any size we write is damaged, and is never read whole into memory).
+    Raises OSError (FileNotFoundError when there is none)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    return data[:limit], len(data) > limit
+
+
+def warn(message: str) -> None:
+    """One line for the user about a file SpecChat repaired (moved aside, rebuilt, re-measured)."""
+    log.warning(one_line(message, 2000))
 
 
 @contextlib.contextmanager

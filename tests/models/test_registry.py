@@ -27,49 +27,186 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-DAMAGED = {
-    "not JSON": b'{"models": {',
-    "not UTF-8": b'{"models": {}, "pairs": {}, "note": "caf\xe9"}',
-    "a list": b"[1, 2, 3]",
-    "models not an object": b'{"models": [], "pairs": {}}',
-    "a model without fields": b'{"models": {"/x.gguf": {"path": "/x.gguf"}}, "pairs": {}}',
-    "a model with a bad size": json.dumps({"models": {"/x.gguf": {
-        "path": "/x.gguf", "size": "big", "mtime_ns": 1, "name": "x", "architecture": "llama", "n_vocab": 3}},
-        "pairs": {}}).encode(),
-    "a bad pair": b'{"models": {}, "pairs": {"a\\nb": {"target": "a"}}}',
-    "a bad last pair": b'{"models": {}, "pairs": {}, "last_pair": {"target": 3}}',
-    "a newer version": b'{"version": 99, "models": {}, "pairs": {}}',
-}
+def registry_text(ggufs: list[Path], *, sources: dict[int, str] | None = None) -> str:
+    """The registry SpecChat writes for these files (then damaged by a test)."""
+    path = ggufs[0].parent / "scratch.json"
+    reg = Registry(path)
+    for i, g in enumerate(ggufs):
+        reg.add(g, source=(sources or {}).get(i, ""))
+    reg.set_last_pair(ggufs[0], ggufs[1])
+    text = path.read_text()
+    path.unlink()
+    return text
 
 
-@pytest.mark.parametrize("what", list(DAMAGED))
-def test_a_damaged_registry_is_refused_with_one_line_and_never_rewritten(tmp_path, ggufs, what):
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) >= 1, old
+    return text.replace(old, new, 1)
+
+
+# each: (the damaged bytes made from a good registry of the four files, the files that come back)
+def damaged_variants(ggufs: list[Path]) -> dict[str, tuple[bytes, list[int]]]:
+    text = registry_text(ggufs, sources={1: "Org/Repo-GGUF/model-1.gguf"})
+    cut = text.index('"name"', text.index(str(ggufs[2].resolve())))  # inside the third model's record
+    doc = json.loads(text)
+    first = str(ggufs[0].resolve())
+
+    def shaped(change) -> bytes:
+        d = json.loads(text)
+        change(d)
+        return json.dumps(d, indent=1).encode()
+
+    return {
+        "cut off mid-record": (text[:cut].encode(), [0, 1, 2]),  # the third one's key still names it
+        "not UTF-8": (replace_once(text, '"name": "model-0"', '"name": "model-0 caf@"').encode()
+                      .replace(b"caf@", b"caf\xe9"), [0, 1, 2, 3]),
+        "a list": (json.dumps(list(doc["models"].values())).encode(), [0, 1, 2, 3]),
+        "a model with a bad size": (shaped(lambda d: d["models"][first].update(size="big")), [0, 1, 2, 3]),
+        "a model with a NaN date": (shaped(lambda d: d["models"][first].update(added=float("nan"))), [0, 1, 2, 3]),
+        "a model under another key": (shaped(lambda d: d["models"].update(
+            {"/elsewhere.gguf": d["models"].pop(first)})), [0, 1, 2, 3]),
+        "a model path with a NUL": (shaped(lambda d: d["models"][first].update(path="/x\0.gguf")), [0, 1, 2, 3]),
+        "a pair with bad stamps": (shaped(lambda d: d["pairs"].update({f"{first}\n{first}": {
+            "target": first, "draft": first, "compatible": True, "reason": "", "stamps": [[1, "2"], [3, 4]]}})),
+            [0, 1, 2, 3]),
+        "a bad last pair": (shaped(lambda d: d.update(last_pair={"target": 3})), [0, 1, 2, 3]),
+        "a relative last pair": (shaped(lambda d: d.update(last_pair={"target": "x.gguf", "draft": None})),
+                                 [0, 1, 2, 3]),
+        "a version of 0": (shaped(lambda d: d.update(version=0)), [0, 1, 2, 3]),
+        "nested too deeply": (b"[" * 200_000 + text.encode(), [0, 1, 2, 3]),
+        "empty": (b"", []),
+    }
+
+
+VARIANTS = ["cut off mid-record", "not UTF-8", "a list", "a model with a bad size", "a model with a NaN date",
+            "a model under another key", "a model path with a NUL", "a pair with bad stamps", "a bad last pair",
+            "a relative last pair", "a version of 0", "nested too deeply", "empty"]
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "specchat" and r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize("what", VARIANTS)
+def test_a_damaged_registry_is_moved_aside_and_rebuilt_from_the_files_it_lists(tmp_path, ggufs, what, caplog):
+    damaged, back = damaged_variants(ggufs)[what]
     path = tmp_path / "registry.json"
-    path.write_bytes(DAMAGED[what])
+    path.write_bytes(damaged)
+    models = Registry(path).models()
+    assert sorted(Path(m.path) for m in models) == sorted(ggufs[i].resolve() for i in back)
+    [aside] = tmp_path.glob("registry.json.corrupt-*")
+    assert aside.read_bytes() == damaged  # nothing the user had is lost
+    [message] = warnings_of(caplog)
+    assert message.startswith(f"{path}: damaged registry (") and str(aside) in message and "\n" not in message
+    assert f"rebuilt with the {len(back)} of" in message
+    if 1 in back and what not in ("a list",):
+        assert [m.source for m in models if m.path == str(ggufs[1].resolve())] == ["Org/Repo-GGUF/model-1.gguf"]
+    # the new file is a good one: read again without a second repair
+    assert sorted(m.path for m in Registry(path).models()) == sorted(m.path for m in models)
+    assert len(warnings_of(caplog)) == 1 and len(list(tmp_path.glob("registry.json.corrupt-*"))) == 1
+
+
+def test_the_rebuild_after_damage_drops_missing_and_invalid_files_and_keeps_the_last_pair(tmp_path, ggufs, caplog):
+    text = registry_text(ggufs, sources={0: "Org/Repo/model-0.gguf"})
+    ggufs[2].unlink()
+    ggufs[3].write_bytes(ggufs[3].read_bytes()[:-10])  # truncated since
+    path = tmp_path / "registry.json"
+    path.write_text(replace_once(text, '"n_vocab": 7', '"n_vocab": -7'))
+    reg = Registry(path)
+    assert [Path(m.path) for m in reg.models()] == [ggufs[0].resolve(), ggufs[1].resolve()]
+    assert reg.models()[0].source == "Org/Repo/model-0.gguf"
+    assert reg.last_pair() == (ggufs[0].resolve(), ggufs[1].resolve())
+    [message] = warnings_of(caplog)
+    assert "2 of 4 models" in message and "(1 missing, 1 not valid)" in message
+
+
+def test_extra_fields_in_a_model_record_are_kept_and_not_damage(tmp_path, ggufs, caplog):
+    path = tmp_path / "registry.json"
+    doc = json.loads(registry_text(ggufs[:2]))
+    doc["models"][str(ggufs[0].resolve())]["licence"] = {"spdx": "MIT"}  # a later 1.x
+    path.write_text(json.dumps(doc))
+    reg = Registry(path)
+    reg.add(ggufs[2])
+    assert json.loads(path.read_text())["models"][str(ggufs[0].resolve())]["licence"] == {"spdx": "MIT"}
+    assert len(reg.models()) == 3 and warnings_of(caplog) == [] and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_registry_of_a_newer_version_is_refused_and_never_touched(tmp_path, ggufs):
+    path = tmp_path / "registry.json"
+    newer = b'{"version": 99, "models": [], "servers": {}}'
+    path.write_bytes(newer)
     with pytest.raises(RegistryError) as err:
         Registry(path)
-    message = str(err.value)
-    assert message.startswith(f"{path}: damaged registry (") and "move it aside" in message and "\n" not in message
-    assert path.read_bytes() == DAMAGED[what]
+    assert str(err.value).startswith(f"{path}: written by a newer SpecChat (registry version 99")
+    reg = Registry(tmp_path / "other.json")
+    reg.path = path
+    for call in (lambda: reg.add(ggufs[1]), lambda: reg.set_last_pair(ggufs[0], None), reg.models, reg.rebuild):
+        with pytest.raises(RegistryError, match="newer SpecChat"):
+            call()
+    assert path.read_bytes() == newer and sorted(p.name for p in tmp_path.iterdir()) == [
+        "m", "registry.json", "registry.json.lock"]
 
 
-def test_a_registry_damaged_while_open_is_not_overwritten(tmp_path, ggufs):
+def test_a_registry_damaged_while_open_is_repaired_before_the_next_change(tmp_path, ggufs, caplog):
     path = tmp_path / "registry.json"
     reg = Registry(path)
     reg.add(ggufs[0])
-    path.write_bytes(b"{oops")
-    for call in (lambda: reg.add(ggufs[1]), lambda: reg.set_last_pair(ggufs[0], None), lambda: reg.remove(ggufs[0]),
-                 reg.models, reg.last_pair):
-        with pytest.raises(RegistryError, match="damaged registry"):
-            call()
-        assert path.read_bytes() == b"{oops"
+    good = path.read_text()
+    path.write_text(good[: len(good) // 2])  # the disk filled up under another program, say
+    reg.add(ggufs[1])
+    assert {Path(m.path) for m in Registry(path).models()} == {ggufs[0].resolve(), ggufs[1].resolve()}
+    assert len(warnings_of(caplog)) == 1 and len(list(tmp_path.glob("registry.json.corrupt-*"))) == 1
+
+
+def test_a_registry_larger_than_any_we_write_is_damaged_and_not_read_whole(tmp_path, ggufs, monkeypatch, caplog):
+    from specchat.models import registry
+
+    path = tmp_path / "registry.json"
+    text = registry_text(ggufs[:2])
+    path.write_text(text + " " * 5000)
+    monkeypatch.setattr(registry, "MAX_REGISTRY_BYTES", len(text) + 100)
+    assert len(Registry(path).models()) == 2 and len(warnings_of(caplog)) == 1
+
+
+def test_rebuild_re_validates_every_listed_file(tmp_path, ggufs):
+    path = tmp_path / "registry.json"
+    reg = Registry(path)
+    for i, g in enumerate(ggufs):
+        reg.add(g, source=f"Org/Repo/model-{i}.gguf")
+    reg.compatibility(ggufs[0], ggufs[1])
+    reg.compatibility(ggufs[2], ggufs[3])
+    reg.set_last_pair(ggufs[3], None)
+    ggufs[1].unlink()
+    ggufs[2].write_bytes(b"GGUF but not really")
+    os.utime(ggufs[3], ns=(1, 10**18))  # the same bytes, a new mtime: re-read
+    report = Registry(path).rebuild()
+    assert (report.kept, report.refreshed, report.missing, report.invalid) == (1, 1, 1, 1)
+    assert "2 of 4 models kept" in report.summary()
+    after = {Path(m.path): m for m in reg.models()}
+    assert set(after) == {ggufs[0].resolve(), ggufs[3].resolve()}
+    assert after[ggufs[3].resolve()].is_current() and after[ggufs[3].resolve()].source == "Org/Repo/model-3.gguf"
+    assert json.loads(path.read_text())["pairs"] == {}  # both cached verdicts went stale
+    assert reg.last_pair() == (ggufs[3].resolve(), None)
+
+
+def test_temp_files_left_by_a_killed_writer_are_never_read_and_old_ones_are_removed(tmp_path, ggufs):
+    path = tmp_path / "registry.json"
+    Registry(path).add(ggufs[0])
+    stale, fresh = tmp_path / ".registry.json.abcd1234.tmp", tmp_path / ".registry.json.efgh5678.tmp"
+    for t in (stale, fresh):
+        t.write_text('{"models": {}, "pairs": {}}')  # a half-written file would be empty or cut off
+    os.utime(stale, (1, 1))
+    reg = Registry(path)
+    assert [Path(m.path) for m in reg.models()] == [ggufs[0].resolve()]
+    reg.add(ggufs[1])
+    assert not stale.exists() and fresh.exists()  # a young one may be another process's write in progress
 
 
 def test_an_object_opened_earlier_never_overwrites_another_import(tmp_path, ggufs):
     path = tmp_path / "registry.json"
     window = Registry(path)  # the app keeps one open for hours
     Registry(path).add(ggufs[0], source="a/b/model-0.gguf")  # 'specchat models pull' in a terminal
-    window.add(ggufs[1])
+    window.add(ggufs[1])  # Y, by the object opened before X was imported
     window.set_last_pair(ggufs[1], None)
     assert {Path(m.path) for m in Registry(path).models()} == {ggufs[0].resolve(), ggufs[1].resolve()}
     assert {Path(m.path) for m in window.models()} == {ggufs[0].resolve(), ggufs[1].resolve()}  # reads see it too
@@ -119,16 +256,19 @@ def specchat(env, *args) -> subprocess.CompletedProcess:
                           timeout=300, env=env)
 
 
-@pytest.mark.parametrize("args", [("models", "list"), ("models", "import", "{gguf}"),
-                                  ("chat", "--pair", "qwen2.5-coder-1.5b", "hi"), ("chat", "hi")])
-def test_commands_on_a_damaged_registry_say_so_in_one_line_and_leave_it(tmp_path, ggufs, args):
+@pytest.mark.parametrize("args", [("models", "list"), ("models", "import", "{gguf}")])
+def test_commands_on_a_damaged_registry_move_it_aside_and_say_so_in_one_line(tmp_path, ggufs, args):
     profile = tmp_path / "profile"
     (profile / "data").mkdir(parents=True)
     registry = profile / "data" / "registry.json"
-    registry.write_bytes(b'{"models": {"/x.gguf": ')
+    listed = json.dumps(str(ggufs[1].resolve()))
+    damaged = ('{"models": {' + listed + ': {"path": ' + listed + ', "si').encode()  # cut off
+    registry.write_bytes(damaged)
     proc = specchat(clean_env(tmp_path), "--profile", profile, *[a.format(gguf=ggufs[0]) for a in args])
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith(f"specchat: {registry}: damaged registry (") and "move it aside" in lines[0]
-    assert registry.read_bytes() == b'{"models": {"/x.gguf": '
+    assert proc.returncode == 0, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    [aside] = registry.parent.glob("registry.json.corrupt-*")
+    assert f"{registry}: damaged registry (" in line and str(aside) in line, line
+    assert aside.read_bytes() == damaged
+    expected = {ggufs[1].resolve()} | ({ggufs[0].resolve()} if "import" in args else set())
+    assert {Path(m.path) for m in Registry(registry).models()} == expected

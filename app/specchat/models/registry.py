@@ -6,32 +6,42 @@ changes (re-downloaded, replaced, truncated) and is checked again.
 
 Several processes share the file (the app, ``specchat models pull`` in a terminal,
 a second window of another profile does not): every change re-reads the file,
-applies itself and writes the result atomically, all under a file lock, so a
-``Registry`` opened long ago never overwrites another process's import.  Reads pick
-up the file again when it changed on disk.
+applies itself and writes the result atomically (:mod:`specchat.files`), all under a
+file lock, so a ``Registry`` opened long ago never overwrites another process's
+import.  Reads pick up the file again when it changed on disk.
 
-A damaged file (not JSON, not UTF-8, the wrong shape, a newer version) raises
-:class:`RegistryError` and is never rewritten: the user moves it aside and the next
-import starts a new one.
+A damaged file (not UTF-8, not JSON, the wrong shape) never stops the user and never
+loses what can be saved: under the lock it is moved aside (``registry.json.corrupt-TIME``),
+the model files it lists that still exist and still validate are recorded again in a new
+registry, and one warning names both files.  A registry written by a newer SpecChat is
+refused (:class:`RegistryError`) and never touched.  :meth:`Registry.rebuild` re-validates
+every listed file on request (``specchat models rebuild``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from specchat import files
 from specchat.errors import UserError
-from specchat.profile import Profile, write_text_atomically
+from specchat.profile import Profile
 
 from .compatibility import PairCompatibility, check_pair
-from .gguf_header import validate_file
+from .gguf_header import GGUFError, validate_file
 
 REGISTRY_VERSION = 1
-LOCK_TIMEOUT_S = 10.0
+LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
+# A record is ~300 bytes: 32 MiB is ~100,000 models.  A larger file is damaged, and
+# is never read whole into memory.
+MAX_REGISTRY_BYTES = 32 << 20
 
 
 class RegistryError(UserError):
@@ -57,42 +67,183 @@ class InstalledModel:
         return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
 
 
-_MODEL_TYPES: dict[str, type | tuple[type, ...]] = {"path": str, "size": int, "mtime_ns": int, "name": str, "architecture": str, "n_vocab": int,
-                "source": str, "added": (int, float)}
-_REQUIRED = {f.name for f in fields(InstalledModel)} - {"source", "added"}
-_PAIR_TYPES = {"target": str, "draft": str, "compatible": bool, "reason": str, "stamps": list}
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """What :meth:`Registry.rebuild` (or the repair of a damaged file) did, in counts."""
+
+    kept: int = 0  # listed, unchanged on disk, still a valid GGUF file
+    refreshed: int = 0  # changed on disk but still valid: its record was read again
+    missing: int = 0  # dropped: the file is gone
+    invalid: int = 0  # dropped: no longer a valid GGUF file (truncated, replaced)
+
+    @property
+    def dropped(self) -> int:
+        return self.missing + self.invalid
+
+    def summary(self) -> str:
+        listed = self.kept + self.refreshed + self.dropped
+        return (f"{self.kept + self.refreshed} of {listed} models kept ({self.refreshed} re-read), "
+                f"{self.missing} missing, {self.invalid} no longer valid GGUF files")
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(InstalledModel))
+_REQUIRED = set(_FIELD_NAMES) - {"source", "added"}
 
 
 def default_registry_path() -> Path:
     return Profile.default().registry
 
 
+# -- the shape of the file: every field any method reads is checked here ------------------
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_path(v: object) -> bool:
+    """A usable absolute path: os.stat raises ValueError (not OSError) on a NUL byte."""
+    return isinstance(v, str) and "\0" not in v and os.path.isabs(v)
+
+
+def _is_time(v: object) -> bool:
+    """A finite number (math.isfinite raises OverflowError on a huge int: ints are finite anyway)."""
+    return _is_int(v) or isinstance(v, float) and math.isfinite(v)
+
+
+def _model_error(key: str, m: object) -> str | None:
+    if not isinstance(m, dict) or not m.keys() >= _REQUIRED:
+        return f"model {key!r} lacks fields"
+    checks = {
+        "path": _is_path(m["path"]) and m["path"] == key,
+        "size": _is_int(m["size"]) and m["size"] >= 0,
+        "mtime_ns": _is_int(m["mtime_ns"]),
+        "name": isinstance(m["name"], str),
+        "architecture": isinstance(m["architecture"], str),
+        "n_vocab": _is_int(m["n_vocab"]) and m["n_vocab"] >= 0,
+        "source": isinstance(m.get("source", ""), str),
+        "added": _is_time(m.get("added", 0.0)),
+    }
+    bad = [name for name, ok in checks.items() if not ok]
+    # other fields (a later 1.x may add some) are kept as they are and never read
+    return f"model {key!r}: bad '{bad[0]}'" if bad else None
+
+
+def _is_stamp(s: object) -> bool:
+    return isinstance(s, list) and len(s) == 2 and all(_is_int(v) for v in s)
+
+
+def _pair_error(key: str, p: object) -> str | None:
+    if not isinstance(p, dict):
+        return f"pair {key!r} is malformed"
+    ok = (_is_path(p.get("target")) and _is_path(p.get("draft")) and key == f"{p['target']}\n{p['draft']}"
+          and isinstance(p.get("compatible"), bool) and isinstance(p.get("reason"), str)
+          and isinstance(p.get("stamps"), list) and len(p["stamps"]) == 2 and all(map(_is_stamp, p["stamps"])))
+    return None if ok else f"pair {key!r} is malformed"
+
+
+def _last_pair_error(last: object) -> str | None:
+    if last is None:
+        return None
+    if not (isinstance(last, dict) and _is_path(last.get("target"))
+            and (last.get("draft") is None or _is_path(last.get("draft")))):
+        return "'last_pair' is malformed"
+    return None
+
+
+def _newer_version(doc: object) -> int | None:
+    """The version of a registry written by a newer SpecChat, else None."""
+    if isinstance(doc, dict) and _is_int(doc.get("version")) and doc["version"] > REGISTRY_VERSION:
+        return int(doc["version"])
+    return None
+
+
 def _shape_error(doc: object) -> str | None:
-    """What is wrong with a parsed registry, or None."""
+    """What is wrong with a parsed registry of our version, or None."""
     if not isinstance(doc, dict):
         return "not a JSON object"
     version = doc.get("version", REGISTRY_VERSION)
-    if not isinstance(version, int) or isinstance(version, bool):
-        return "'version' is not a number"
-    if version > REGISTRY_VERSION:
-        return f"written by a newer SpecChat (version {version})"
+    if not _is_int(version) or version < 1:
+        return "'version' is not a version number"
     models, pairs = doc.get("models", {}), doc.get("pairs", {})
     if not isinstance(models, dict) or not isinstance(pairs, dict):
         return "'models' and 'pairs' must be objects"
     for key, m in models.items():
-        if not isinstance(m, dict) or not m.keys() >= _REQUIRED:
-            return f"model {key!r} lacks fields"
-        for name, kind in _MODEL_TYPES.items():
-            if name in m and (not isinstance(m[name], kind) or isinstance(m[name], bool)):
-                return f"model {key!r}: bad '{name}'"
+        if why := _model_error(key, m):
+            return why
     for key, p in pairs.items():
-        if not isinstance(p, dict) or any(not isinstance(p.get(n), t) for n, t in _PAIR_TYPES.items()):
-            return f"pair {key!r} is malformed"
-    last = doc.get("last_pair")
-    if last is not None and not (isinstance(last, dict) and isinstance(last.get("target"), str)
-                                 and isinstance(last.get("draft"), str | None)):
-        return "'last_pair' is malformed"
-    return None
+        if why := _pair_error(key, p):
+            return why
+    return _last_pair_error(doc.get("last_pair"))
+
+
+def _parse(raw: bytes) -> tuple[object, str | None]:
+    """The parsed document and what is wrong with it as text (None: it parsed)."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 at byte {exc.start}"
+    except RecursionError:  # '[[[[...' nested deeper than the parser's stack
+        return None, "not JSON: nested too deeply"
+    except ValueError as exc:
+        return None, f"not JSON: {exc}"
+
+
+# -- saving what a damaged file still says -------------------------------------------------
+
+_STRING = r'"((?:[^"\\]|\\.)*)"'
+
+
+def _json_string(body: str) -> str | None:
+    try:
+        value = json.loads(f'"{body}"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def salvage(raw: bytes) -> tuple[list[tuple[str, str]], dict | None]:
+    """(path, source) of every model a damaged registry still names, and its last pair if readable.
+
+    Works on any text, parsed or not: a model record is a flat object, so each stretch
+    between two braces holds at most one record's fields (a truncated file loses only the
+    record it was cut in).  A record is found by its ``"path"`` field or by its key (an
+    absolute ``.gguf`` path opening an object).  Nothing found here is trusted: the caller
+    validates every file again.
+    """
+    text = raw.decode("utf-8", errors="replace")
+    found: dict[str, str] = {}
+    for stretch in re.split(r"[{}]", text):
+        fields_here = dict(re.findall(rf"{_STRING}\s*:\s*{_STRING}", stretch))
+        path = _json_string(fields_here.get("path", ""))
+        if path and _is_path(path):
+            source = _json_string(fields_here.get("source", "")) or ""
+            found[path] = source or found.get(path, "")
+        key = re.search(rf"{_STRING}\s*:\s*$", stretch)  # '"/m/x.gguf": {' : the key of the next record
+        key_path = _json_string(key.group(1)) if key else None
+        if key_path and _is_path(key_path) and key_path.lower().endswith(".gguf"):
+            found.setdefault(key_path, "")
+    last = None
+    doc, _ = _parse(raw)
+    if isinstance(doc, dict) and _last_pair_error(doc.get("last_pair")) is None and doc.get("last_pair"):
+        last = {"target": doc["last_pair"]["target"], "draft": doc["last_pair"].get("draft")}
+    return list(found.items()), last
+
+
+def _record(path: Path, *, source: str, added: float) -> dict:
+    """A model's record, read from the file now: GGUFError for a bad file, OSError when unreadable."""
+    header = validate_file(path)
+    st = path.stat()
+    tokens = header.get("tokenizer.ggml.tokens")
+    return asdict(InstalledModel(
+        path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
+        name=str(header.get("general.name", path.stem)), architecture=header.architecture,
+        n_vocab=len(tokens) if isinstance(tokens, list) else 0, source=source, added=added,
+    ))
+
+
+def _model(record: dict) -> InstalledModel:
+    return InstalledModel(**{k: record[k] for k in _FIELD_NAMES if k in record})
 
 
 class Registry:
@@ -106,10 +257,6 @@ class Registry:
 
     # -- the file ---------------------------------------------------------------
 
-    def _damaged(self, why: str) -> RegistryError:
-        return RegistryError(f"{self.path}: damaged registry ({why}); move it aside and SpecChat starts a new one "
-                             "(re-import your models with 'specchat models import')")
-
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(self.path)
@@ -119,52 +266,105 @@ class Registry:
             raise RegistryError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
         return st.st_ino, st.st_size, st.st_mtime_ns
 
-    def _read(self) -> tuple[dict, tuple[int, int, int] | None]:
-        """The file as a dict (empty when there is none) and its stamp; RegistryError when damaged."""
-        stamp = self._file_stamp()
-        if stamp is None:
-            return {}, None
+    def _read_raw(self) -> bytes | None:
         try:
-            raw = self.path.read_bytes()
+            raw, more = files.read_capped(self.path, MAX_REGISTRY_BYTES)
         except FileNotFoundError:
-            return {}, None
+            return None
         except OSError as exc:
             raise RegistryError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        return raw + (b"\0" if more else b"")  # more than we ever write: damaged, salvage what was read
+
+    def _check(self, raw: bytes) -> tuple[dict | None, str | None]:
+        """(document, None) when usable, (None, why) when damaged; RegistryError when newer than us."""
+        doc, why = _parse(raw)
+        if why is None and (version := _newer_version(doc)) is not None:
+            raise RegistryError(f"{self.path}: written by a newer SpecChat (registry version {version}, this "
+                                f"one reads {REGISTRY_VERSION}); upgrade SpecChat, or use another --profile")
+        if why is None:
+            why = _shape_error(doc)
+        return (doc if why is None else None), why  # type: ignore[return-value]
+
+    def _load_locked(self) -> dict:
+        """The document; a damaged file is moved aside and rebuilt.  The caller holds the lock."""
+        raw = self._read_raw()
+        if raw is None:
+            return {}
+        doc, why = self._check(raw)
+        if doc is not None:
+            return doc
+        return self._repair_locked(raw, why or "damaged")
+
+    def _repair_locked(self, raw: bytes, why: str) -> dict:
         try:
-            doc = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise self._damaged(f"not UTF-8 at byte {exc.start}") from None
-        except ValueError as exc:
-            raise self._damaged(f"not JSON: {exc}") from None
-        why = _shape_error(doc)
-        if why:
-            raise self._damaged(why)
-        return doc, stamp
+            aside = files.move_aside(self.path)
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: damaged registry ({why}) and it cannot be moved aside "
+                                f"({exc.strerror or exc}); move it aside yourself") from None
+        listed, last = salvage(raw)
+        doc: dict = {"version": REGISTRY_VERSION, "models": {}, "pairs": {}}
+        missing = invalid = 0
+        for path, source in listed:
+            if not os.path.exists(path):
+                missing += 1
+                continue
+            try:
+                doc["models"][path] = _record(Path(path), source=source, added=time.time())
+            except (GGUFError, OSError):
+                invalid += 1
+        if last and last["target"] in doc["models"] and (last["draft"] is None or last["draft"] in doc["models"]):
+            doc["last_pair"] = last
+        self._write_locked(doc)
+        listed_n = len(doc["models"]) + missing + invalid
+        files.warn(f"{self.path}: damaged registry ({why}): moved aside to {aside}; rebuilt with the "
+                   f"{len(doc['models'])} of {listed_n} models it listed that are still valid GGUF files "
+                   f"({missing} missing, {invalid} not valid)")
+        return doc
+
+    def _write_locked(self, doc: dict) -> None:
+        doc["version"] = REGISTRY_VERSION
+        try:
+            files.write_text_atomically(self.path, json.dumps(doc, indent=1))
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+        self._doc, self._stamp = doc, self._file_stamp()
 
     def _refresh(self) -> None:
-        """Read the file again if it changed on disk since we last saw it."""
-        if self._stamp is None or self._file_stamp() != self._stamp:
-            self._doc, self._stamp = self._read()
+        """Read the file again if it changed on disk since we last saw it (repairing a damaged one)."""
+        stamp = self._file_stamp()
+        if stamp is not None and stamp == self._stamp:
+            return
+        raw = self._read_raw()
+        doc, _ = self._check(raw) if raw is not None else ({}, None)
+        if doc is not None:
+            self._doc, self._stamp = doc, stamp
+            return
+        with self._lock():  # damaged: repair it once, whichever process gets here first
+            self._doc, self._stamp = self._load_locked(), self._file_stamp()
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """files.locked with the registry's one error type (busy, or a directory that cannot be made)."""
+        try:
+            lock = files.locked(self.path, LOCK_TIMEOUT_S)
+            lock.__enter__()
+        except files.FileBusyError as exc:
+            raise RegistryError(str(exc)) from None
+        except OSError as exc:
+            raise RegistryError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
 
     def _update(self, change: Callable[[dict], object]) -> object:
         """Re-read, apply ``change`` to the document, write it atomically: all under the lock."""
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT_S)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with lock:
-                doc, _ = self._read()
-                doc.setdefault("models", {})
-                doc.setdefault("pairs", {})
-                result = change(doc)
-                doc["version"] = REGISTRY_VERSION
-                write_text_atomically(self.path, json.dumps(doc, indent=1))
-                self._doc, self._stamp = doc, self._file_stamp()
-        except Timeout:
-            raise RegistryError(f"{self.path}: busy: another process holds {lock.lock_file}") from None
-        except OSError as exc:
-            raise RegistryError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+        with self._lock():
+            doc = self._load_locked()
+            doc.setdefault("models", {})
+            doc.setdefault("pairs", {})
+            result = change(doc)
+            self._write_locked(doc)
         return result
 
     # -- models -----------------------------------------------------------------
@@ -172,32 +372,26 @@ class Registry:
     def add(self, path: str | Path, *, source: str = "") -> InstalledModel:
         """Validate a GGUF file (magic, version, metadata, complete tensor data) and record it.
 
-        GGUFError for a bad file (nothing recorded), RegistryError for a damaged registry.
+        GGUFError for a bad file (nothing recorded), RegistryError for a registry that cannot be used.
         """
         path = Path(path).resolve()
-        header = validate_file(path)
-        st = path.stat()
-        tokens = header.get("tokenizer.ggml.tokens")
-        model = InstalledModel(
-            path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
-            name=str(header.get("general.name", path.stem)), architecture=header.architecture,
-            n_vocab=len(tokens) if isinstance(tokens, list) else 0, source=source, added=time.time(),
-        )
+        try:
+            record = _record(path, source=source, added=time.time())
+        except OSError as exc:
+            raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
         def change(doc: dict) -> None:
             old = doc["models"].get(str(path), {})
-            record = asdict(model)
             if not source and old.get("source"):  # re-importing a pulled file keeps where it came from
                 record["source"] = old["source"]
             doc["models"][str(path)] = record
 
         self._update(change)
-        return InstalledModel(**{k: v for k, v in self._doc["models"][str(path)].items() if k in _MODEL_TYPES})
+        return _model(self._doc["models"][str(path)])
 
     def models(self) -> list[InstalledModel]:
         self._refresh()
-        return [InstalledModel(**{k: v for k, v in m.items() if k in _MODEL_TYPES})
-                for m in self._doc.get("models", {}).values()]
+        return [_model(m) for m in self._doc.get("models", {}).values()]
 
     def remove(self, path: str | Path) -> None:
         key = str(Path(path).resolve())
@@ -207,6 +401,47 @@ class Registry:
             doc["pairs"] = {k: v for k, v in doc["pairs"].items() if key not in (v["target"], v["draft"])}
 
         self._update(change)
+
+    def rebuild(self) -> RebuildReport:
+        """Validate every listed file again: drop the missing and the invalid ones, re-read the
+        changed ones (source and date kept), drop cached pair verdicts that went stale.
+
+        The files are read outside the lock; a record another process changed meanwhile is
+        left as that process wrote it.
+        """
+        self._refresh()
+        before = {k: dict(m) for k, m in self._doc.get("models", {}).items()}
+        after: dict[str, dict | None] = {}
+        counts = {"kept": 0, "refreshed": 0, "missing": 0, "invalid": 0}
+        for key, old in before.items():
+            try:
+                if not os.path.exists(key):
+                    raise FileNotFoundError(key)
+                new = _record(Path(key), source=old.get("source", ""), added=old.get("added", 0.0))
+            except FileNotFoundError:
+                after[key], what = None, "missing"
+            except (GGUFError, OSError):
+                after[key], what = None, "invalid"
+            else:
+                after[key] = {**old, **new}  # fields of a later 1.x stay
+                what = "kept" if (new["size"], new["mtime_ns"]) == (old["size"], old["mtime_ns"]) else "refreshed"
+            counts[what] += 1
+
+        def change(doc: dict) -> None:
+            for key, new in after.items():
+                if doc["models"].get(key) != before[key]:
+                    continue  # changed by another process since we read it: theirs is newer
+                if new is None:
+                    del doc["models"][key]
+                else:
+                    doc["models"][key] = new
+            doc["pairs"] = {k: p for k, p in doc["pairs"].items() if self._stamps_now(p) == p["stamps"]}
+            last = doc.get("last_pair")
+            if last and not os.path.exists(last["target"]):
+                doc.pop("last_pair")
+
+        self._update(change)
+        return RebuildReport(**counts)
 
     def find(self, name: str) -> list[InstalledModel]:
         """Installed models called ``name``: their registry name or their file name without '.gguf'."""
@@ -245,16 +480,19 @@ class Registry:
         st = os.stat(path)
         return [st.st_size, st.st_mtime_ns]
 
+    def _stamps_now(self, pair: dict) -> list[list[int]] | None:
+        try:
+            return [self._stamp_of(pair["target"]), self._stamp_of(pair["draft"])]
+        except OSError:
+            return None
+
     def compatibility(self, target: str | Path, draft: str | Path) -> PairCompatibility:
         """The cached verdict while both files are unchanged; otherwise checked again (and cached)."""
         t, d = str(Path(target).resolve()), str(Path(draft).resolve())
         key = f"{t}\n{d}"
         self._refresh()
         cached = self._doc.get("pairs", {}).get(key)
-        try:
-            stamps = [self._stamp_of(t), self._stamp_of(d)]
-        except OSError:
-            stamps = None
+        stamps = self._stamps_now({"target": t, "draft": d})
         if cached and stamps and cached["stamps"] == stamps:
             return PairCompatibility(cached["compatible"], cached["reason"])
         verdict = check_pair(t, d)
@@ -276,3 +514,4 @@ class Registry:
             if m.path != t and m.is_current():
                 out.append((m, self.compatibility(t, m.path)))
         return out
+
