@@ -113,18 +113,66 @@ def test_apply_is_all_or_nothing(tmp_path):
     assert c["n_ctx"] == 8192 and AppConfig(path)["theme"] == "dark"
 
 
-def test_save_never_overwrites_a_file_it_cannot_parse(tmp_path):
+@pytest.mark.parametrize("damage, needle", [
+    (b'theme = "dark"\nn_ctx = [oops\n', "not valid TOML"),
+    (b"p_min = nan\n", "p_min: must be a finite number"),
+    (b"k_min = 7\nk_max = 2\n", "k_min (7) must not be above k_max (2)"),
+    (b"# caf\xe9\n", "not valid UTF-8"),
+])
+def test_a_save_over_a_config_damaged_since_moves_it_aside_first(tmp_path, damage, needle, caplog):
     path = tmp_path / "config.toml"
     c = AppConfig(path)
     c.apply({"theme": "dark"})
-    path.write_bytes(b"theme = \"dark\"\nn_ctx = [oops\n")  # the user edits it by hand meanwhile
-    damaged = path.read_bytes()
-    before = dict(c.values)
-    with pytest.raises(ConfigError) as err:
-        c.apply({"n_ctx": 8192})
-    assert str(err.value).startswith(f"{path}: not valid TOML") and "not saved" in str(err.value)
-    assert path.read_bytes() == damaged and c.values == before
+    path.write_bytes(damage)  # the user edits it by hand meanwhile
+    c.apply({"n_ctx": 8192})
+    [aside] = tmp_path.glob("config.toml.corrupt-*")
+    assert aside.read_bytes() == damage  # the hand edit is kept, under a name that says why
+    [message] = [r.getMessage() for r in caplog.records if r.name == "specchat"]
+    assert message.startswith(f"{path}: ") and needle in message and str(aside) in message
+    again = AppConfig(path)
+    assert (again["theme"], again["n_ctx"]) == ("dark", 8192)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_config_far_larger_than_any_settings_file_is_refused_unread(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        AppConfig(path)
+
+
+BAD_FILES = {
+    "invalid UTF-8": (b'theme = "dark"\n# caf\xe9\n', "not valid UTF-8 (byte 20)"),
+    "NaN": (b"p_min = nan\n", "p_min: must be a finite number"),
+    "infinity": (b"min_sequence_acceptance = inf\n", "min_sequence_acceptance: must be a finite number"),
+    "a rule between keys": (b"k_min = 6\nk_max = 3\n", "k_min (6) must not be above k_max (3)"),
+    "a float for a whole number": (b"n_ctx = 4096.0\n", "n_ctx: must be a whole number"),
+}
+
+
+@pytest.mark.parametrize("what", list(BAD_FILES))
+@pytest.mark.parametrize("command", [["chat", "hi"], ["bench"], ["config"], ["models", "list"]])
+def test_a_bad_config_stops_every_command_with_one_line_and_is_left_alone(tmp_path, capsys, what, command):
+    from specchat.cli import main
+    from specchat.profile import Profile
+
+    content, needle = BAD_FILES[what]
+    profile = Profile.at(tmp_path / "p")
+    profile.config_file.parent.mkdir(parents=True)
+    profile.config_file.write_bytes(content)
+    assert main(command, profile=profile) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"specchat: {profile.config_file}: ") and needle in err, err
+    assert profile.config_file.read_bytes() == content
+    assert sorted(p.name for p in profile.config_file.parent.iterdir()) == ["config.toml"]  # nothing written
+
+
+def test_the_entry_point_says_the_same_for_a_bad_config(tmp_path, capsys):
+    from specchat.__main__ import main
+
+    (tmp_path / "config.toml").write_bytes(b"k_min = 6\nk_max = 3\n")
+    assert main(["--profile", str(tmp_path), "chat", "hi"]) == 2
+    assert capsys.readouterr().err == f"specchat: {tmp_path / 'config.toml'}: k_min (6) must not be above k_max (3)\n"
 
 
 def test_save_merges_with_what_another_process_wrote(tmp_path):

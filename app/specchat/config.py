@@ -22,11 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat import files
 from specchat.engine.settings import ControllerSettings
 from specchat.errors import UserError
-from specchat.profile import Profile, write_text_atomically
+from specchat.profile import Profile
 
-LOCK_TIMEOUT_S = 10.0
+LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
+# The full example file is ~4 KiB; anything near this is not a settings file, and is never
+# read whole into memory.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(UserError, ValueError):
@@ -180,6 +184,19 @@ def check_rules(values: Mapping[str, object]) -> None:
     k_min, k_max = as_int(values["k_min"]), as_int(values["k_max"])
     if k_min > k_max:
         raise ConfigError(f"k_min ({k_min}) must not be above k_max ({k_max})")
+    try:  # and whatever else the engine requires of its settings, so the config never gets past a load
+        _controller_of(values).validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _controller_of(values: Mapping[str, object]) -> ControllerSettings:
+    return ControllerSettings(
+        k_min=as_int(values["k_min"]), k_max=as_int(values["k_max"]), p_min=as_float(values["p_min"]),
+        min_token_acceptance=as_float(values["min_token_acceptance"]),
+        min_sequence_acceptance=as_float(values["min_sequence_acceptance"]),
+        fallback_warning_share=as_float(values["fallback_warning_share"]),
+    )
 
 
 def _exists(path: Path) -> bool:
@@ -199,10 +216,31 @@ def _one_line(exc: Exception) -> str:
 def read_config_file(path: Path) -> dict[str, object]:
     """The settings a file sets, each checked, and the rules between them checked with the defaults
     for the rest; ConfigError with one line naming the file."""
+    return _parse_config(path, _read_config_bytes(path))
+
+
+def _read_config_bytes(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
+        raw, more = files.read_capped(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if more:
+        raise _DamagedConfig(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a SpecChat settings file")
+    return raw
+
+
+class _DamagedConfig(ConfigError):
+    """The file was read but says something SpecChat cannot use (not an unreadable file)."""
+
+
+def _parse_config(path: Path, raw: bytes) -> dict[str, object]:
+    try:
+        return _parse_config_text(path, raw)
+    except ConfigError as exc:
+        raise _DamagedConfig(str(exc)) from None
+
+
+def _parse_config_text(path: Path, raw: bytes) -> dict[str, object]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -291,32 +329,36 @@ class AppConfig:
         """Write the settings that differ from the defaults, atomically, merged under a lock.
 
         The file is read again first: keys changed here since it was read win, the others
-        keep what another process may have written meanwhile.  A file that no longer
-        parses is never overwritten (ConfigError, one line naming the file).
+        keep what another process may have written meanwhile.  A file that became damaged
+        since (a hand edit that does not parse, a bad value) is moved aside with one
+        warning naming both files, never silently replaced; the settings saved are then
+        these.  A file that cannot be read is left alone (ConfigError, one line).
         """
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT_S)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with lock:
-                on_disk = _defaults()
-                if _exists(self.path):
-                    try:
-                        on_disk.update(read_config_file(self.path))
-                    except ConfigError as exc:
-                        raise ConfigError(f"{exc}; not saved: fix the file or move it aside") from None
-                merged = on_disk | {k: v for k, v in self.values.items() if v != self._base.get(k)}
+            with files.locked(self.path, LOCK_TIMEOUT_S):
+                merged = self._on_disk_locked() | {k: v for k, v in self.values.items() if v != self._base.get(k)}
                 try:
                     check_rules(merged)
                 except ConfigError as exc:
                     raise ConfigError(f"{self.path}: not saved: {exc}") from None
-                write_text_atomically(self.path, _render(merged))
-        except Timeout:
-            raise ConfigError(f"{self.path}: not saved: another process holds {lock.lock_file}") from None
+                files.write_text_atomically(self.path, _render(merged))
+        except files.FileBusyError as exc:
+            raise ConfigError(f"{exc} (not saved)") from None
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
         self.values, self._base = merged, dict(merged)
+
+    def _on_disk_locked(self) -> dict[str, object]:
+        """The settings in the file now (the caller holds its lock); a damaged file is moved aside
+        and counts as the settings this config last read or wrote."""
+        if not _exists(self.path):
+            return _defaults()
+        try:
+            return _defaults() | read_config_file(self.path)
+        except _DamagedConfig as exc:
+            aside = files.move_aside(self.path)
+            files.warn(f"{exc}: moved aside to {aside}; the settings were saved to a new {self.path.name}")
+            return dict(self._base)
 
     def model_path(self, key: str) -> Path | None:
         """``target`` or ``draft`` as a path (``~`` expanded, relative to the config file), None if unset."""
@@ -327,15 +369,5 @@ class AppConfig:
         return p if p.is_absolute() else (self.path.parent / p).resolve()
 
     def controller(self) -> ControllerSettings:
-        c = ControllerSettings(
-            k_min=as_int(self["k_min"]), k_max=as_int(self["k_max"]), p_min=as_float(self["p_min"]),
-            min_token_acceptance=as_float(self["min_token_acceptance"]),
-            min_sequence_acceptance=as_float(self["min_sequence_acceptance"]),
-            fallback_warning_share=as_float(self["fallback_warning_share"]),
-        )
-        try:
-            check_rules(self.values)
-            c.validate()
-        except (ConfigError, ValueError) as exc:
-            raise ConfigError(f"{exc}") from None
-        return c
+        check_rules(self.values)  # ConfigError: values set one by one with set() may break a rule
+        return _controller_of(self.values)
