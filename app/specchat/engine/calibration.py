@@ -4,21 +4,37 @@ The controller needs the target's cost for a batch of n tokens (n = 1 .. K+1)
 and the draft's cost per token.  A few throw-away decodes when a pair loads
 give both; the result is cached (keyed by model file, size, mtime, threads and
 GPU layers) so later loads start from the right K at once.
+
+The cache is only a cache: an entry of the wrong shape (a cost that is not a finite
+positive number, a batch size that is not a number, a size missing) is ignored and
+measured again; a file that is not a JSON object at all is moved aside
+(``calibration.json.corrupt-TIME``) with one warning.  Writes re-read the file and
+merge under its lock, atomically (:mod:`specchat.files`), so processes calibrating at
+once keep each other's entries; a cache that cannot be written costs a re-measure.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from specchat import files
 
 from .controller import CostModel
 from .runtime import LoadCancelled, LoadedModel
 
 CALIBRATION_VERSION = 3
 PREFIX_TOKENS = 32  # decode at a realistic position, not at an empty cache
+# An entry is ~300 bytes: 4 MiB is far more than MAX_ENTRIES; a larger file is damaged.
+MAX_CACHE_BYTES = 4 << 20
+MAX_ENTRIES = 256  # the newest are kept: every model file changed or re-downloaded adds one
+MAX_COST_S = 3600.0  # one decode slower than an hour is not a measurement
+_BATCH = re.compile(r"[1-9][0-9]{0,3}")  # the batch sizes measured: 1 .. K+1, K <= 32
 
 
 def _key(model: LoadedModel, what: str) -> str:
@@ -73,27 +89,123 @@ def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
     return costs
 
 
+def cache_key(target: LoadedModel, draft: LoadedModel | None) -> str:
+    """The cache entry of this exact setup (files, sizes, mtimes, threads, GPU layers)."""
+    return _key(target, "target") + (_key(draft, "draft") if draft is not None else "")
+
+
 def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None,
               cancelled: Callable[[], bool] | None = None) -> CostModel:
     """Costs from the cache when this exact setup was measured before, else measured now."""
-    key = _key(target, "target") + (_key(draft, "draft") if draft is not None else "")
-    cache: dict = {}
-    if cache_file is not None and cache_file.exists():
-        try:
-            cache = json.loads(cache_file.read_text())
-        except (OSError, ValueError):
-            cache = {}
-    hit = cache.get(key)
-    if hit and all(str(n) in hit["verify_s"] for n in _sizes(k_max)):
-        return CostModel({int(n): v for n, v in hit["verify_s"].items()}, hit["draft_s"])
+    key = cache_key(target, draft)
+    if cache_file is not None:
+        hit = cached_costs(cache_file, key, k_max)
+        if hit is not None:
+            return hit
     costs = measure(target, draft, k_max, cancelled)
     if cache_file is not None:
-        cache[key] = {"verify_s": costs.verify_s, "draft_s": costs.draft_s, "measured": time.time()}
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cache, indent=1))
-            tmp.replace(cache_file)
-        except OSError:
-            pass  # a cache that cannot be written only costs a re-measure next time
+        store_costs(cache_file, key, costs)
     return costs
+
+
+def _number(v: object) -> float | None:
+    """A JSON number as a finite float, or None (a bool, text, NaN, infinity, an int beyond floats)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _is_cost(v: object, *, zero_ok: bool = False) -> bool:
+    f = _number(v)
+    return f is not None and (0.0 if zero_ok else 1e-12) <= f <= MAX_COST_S
+
+
+def entry_costs(entry: object, k_max: int = 0) -> CostModel | None:
+    """The costs a cache entry holds when every part is usable and the sizes up to ``k_max`` + 1
+    were measured; None otherwise (measure again)."""
+    if not isinstance(entry, dict):
+        return None
+    verify, draft = entry.get("verify_s"), entry.get("draft_s")
+    if not isinstance(verify, dict) or not isinstance(draft, dict) or not verify:
+        return None
+    if not all(isinstance(n, str) and _BATCH.fullmatch(n) and _is_cost(v) for n, v in verify.items()):
+        return None
+    # the prompt-lookup drafter costs nothing by definition; a model drafter always costs something
+    if not all(isinstance(d, str) and _is_cost(v, zero_ok=d != "model") for d, v in draft.items()):
+        return None
+    if k_max > 0 and any(str(n) not in verify for n in _sizes(k_max)):
+        return None
+    return CostModel({int(n): float(v) for n, v in verify.items()}, {d: float(v) for d, v in draft.items()})
+
+
+def _measured(entry: dict) -> float:
+    return _number(entry.get("measured")) or 0.0
+
+
+def _read(cache_file: Path) -> tuple[dict, str | None]:
+    """The cache's entries and what is wrong with the file as a whole (None: nothing)."""
+    try:
+        raw, more = files.read_capped(cache_file, MAX_CACHE_BYTES)
+    except FileNotFoundError:
+        return {}, None
+    except OSError:
+        return {}, None  # unreadable (permissions, a directory): measure, never crash or move it
+    if more:
+        return {}, f"larger than {MAX_CACHE_BYTES >> 20} MiB"
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return {}, f"not UTF-8 at byte {exc.start}"
+    except RecursionError:
+        return {}, "not JSON: nested too deeply"
+    except ValueError as exc:
+        return {}, f"not JSON: {exc}"
+    if not isinstance(doc, dict):
+        return {}, "not a JSON object"
+    return doc, None
+
+
+def _read_repairing(cache_file: Path) -> dict:
+    """The entries; a damaged file is moved aside with one warning.  The caller holds the lock."""
+    doc, why = _read(cache_file)
+    if why is not None:
+        try:
+            aside = files.move_aside(cache_file)
+        except OSError:
+            return {}
+        files.warn(f"{cache_file}: damaged calibration cache ({why}): moved aside to {aside}; "
+                   "the models are measured again")
+    return doc
+
+
+def cached_costs(cache_file: Path, key: str, k_max: int) -> CostModel | None:
+    """The cached costs of ``key``, or None (not there, of the wrong shape, or the file is damaged)."""
+    doc, why = _read(cache_file)
+    if why is not None:
+        try:
+            with files.locked(cache_file):  # repair once, whichever process gets here first
+                doc = _read_repairing(cache_file)
+        except (files.FileBusyError, OSError):
+            return None
+    return entry_costs(doc.get(key), k_max)
+
+
+def store_costs(cache_file: Path, key: str, costs: CostModel) -> None:
+    """Add one entry: re-read, merge, write atomically, under the lock.  Entries of the wrong
+    shape are dropped, and only the newest MAX_ENTRIES kept.  A cache that cannot be written
+    only costs a re-measure next time, so failures are ignored."""
+    entry = {"verify_s": {str(n): v for n, v in costs.verify_s.items()}, "draft_s": dict(costs.draft_s),
+             "measured": time.time()}
+    try:
+        with files.locked(cache_file):
+            doc = _read_repairing(cache_file)
+            kept = {k: e for k, e in doc.items() if isinstance(e, dict) and entry_costs(e) is not None}
+            kept[key] = entry
+            newest = sorted(kept, key=lambda k: _measured(kept[k]), reverse=True)[:MAX_ENTRIES]
+            files.write_text_atomically(cache_file, json.dumps({k: kept[k] for k in newest}, indent=1))
+    except (files.FileBusyError, OSError):
+        pass
