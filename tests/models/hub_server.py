@@ -16,9 +16,13 @@ answers for an LFS file, which is what huggingface_hub reads:
 
 Switches for the failure paths: gate a repo; cut the connection of the next GET after N
 body bytes (an interrupted download); hold the next GET after N bytes until released
-(so a test can kill a client at a known point); serve a corrupted copy of a file (one
-byte flipped, same size and etag, so only a hash check can tell).  Counters: body bytes
-sent per file and a log of every request with its Range header.
+(so a test can kill a client at a known point, or see that a stalled server cannot
+hold it); serve a corrupted copy of a file (one byte flipped, same size and etag, so
+only a hash check can tell).  Hostile modes, as a broken or malicious server behaves:
+trickle every body one byte every N seconds; ignore Range headers (always 200 and the
+whole file); answer every GET with an error whose body is N bytes long; hold every HEAD
+until released; answer a crafted ETag or commit for a file (``../../x``).  Counters:
+body bytes sent per file and a log of every request with its Range header.
 
 The files are served from their paths (the real test models in the user cache), read
 block by block, never loaded whole.
@@ -30,6 +34,7 @@ import hashlib
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,6 +52,8 @@ class ServedFile:
     size: int
     sha256: str
     corrupt: bool = False
+    etag: str | None = None  # answered instead of the sha256 (a crafted ETag)
+    commit: str | None = None  # answered instead of COMMIT
 
     @property
     def corrupt_offset(self) -> int:
@@ -81,6 +88,10 @@ class HubServer:
         self.gated: dict[str, frozenset[str]] = {}  # repo -> tokens that have access
         self.requests: list[Request] = []
         self._fault: _GetFault | None = None
+        self.trickle_s: float | None = None  # send bodies one byte every this many seconds
+        self.ignore_range = False  # answer 200 and the whole file to a Range request
+        self.error_body: int | None = None  # answer every GET 500 with a body of this many bytes
+        self.head_hold: threading.Event | None = None  # HEADs wait until this is set
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -101,6 +112,16 @@ class HubServer:
     def corrupt(self, repo_id: str, filename: str, on: bool = True) -> None:
         self.files[(repo_id, filename)].corrupt = on
 
+    def craft(self, repo_id: str, filename: str, *, etag: str | None = None, commit: str | None = None) -> None:
+        """Answer ``etag`` (as ETag and X-Linked-Etag) and/or ``commit`` (X-Repo-Commit) for this file."""
+        served = self.files[(repo_id, filename)]
+        served.etag, served.commit = etag, commit
+
+    def hold_heads(self) -> threading.Event:
+        """Every HEAD waits (sends nothing) until the returned event is set."""
+        self.head_hold = threading.Event()
+        return self.head_hold
+
     def drop_next_get_after(self, n_bytes: int) -> None:
         """The next GET sends ``n_bytes`` of body, then the connection is cut."""
         self._fault = _GetFault(n_bytes, "drop")
@@ -118,8 +139,12 @@ class HubServer:
             if self._fault is not None:
                 self._fault.release.set()
             self._fault = None
+            self.trickle_s, self.ignore_range, self.error_body = None, False, None
+            if self.head_hold is not None:
+                self.head_hold.set()
+            self.head_hold = None
             for f in self.files.values():
-                f.corrupt = False
+                f.corrupt, f.etag, f.commit = False, None, None
 
     # -- what happened ----------------------------------------------------------------------
 
@@ -152,8 +177,11 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        self.trickle_s = None
         if self._fault is not None:
             self._fault.release.set()
+        if self.head_hold is not None:
+            self.head_hold.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -190,6 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_HEAD(self) -> None:
+        hold = self.hub.head_hold
+        if hold is not None:
+            hold.wait(timeout=120)
         self._serve(body=False)
 
     def do_GET(self) -> None:
@@ -219,9 +250,11 @@ class _Handler(BaseHTTPRequestHandler):
         if served is None:
             return self._error(404, "EntryNotFound", f"{filename} does not exist on \"{revision}\"", request)
 
+        if body and self.hub.error_body is not None:
+            return self._huge_error(self.hub.error_body, request)
         start, end = 0, served.size - 1
         status = 200
-        if body and request.range is not None:
+        if body and request.range is not None and not self.hub.ignore_range:
             r = _RANGE.match(request.range.strip())
             if r is None or int(r[1]) >= served.size:
                 self.send_response(416)
@@ -240,10 +273,11 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{served.size}")
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{served.sha256}"')
-        self.send_header("X-Linked-Etag", f'"{served.sha256}"')
+        etag = served.etag if served.etag is not None else served.sha256
+        self.send_header("ETag", f'"{etag}"')
+        self.send_header("X-Linked-Etag", f'"{etag}"')
         self.send_header("X-Linked-Size", str(served.size))
-        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("X-Repo-Commit", served.commit if served.commit is not None else COMMIT)
         self.end_headers()
         if body:
             self._send_body(served, start, end, request)
@@ -264,6 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
                         fault.release.wait(timeout=120)
                         fault = None
                     n = min(BLOCK, end - pos + 1)
+                    trickle = self.hub.trickle_s
+                    if trickle is not None:
+                        time.sleep(trickle)
+                        n = 1
                     if fault is not None:
                         n = min(n, fault.after - (pos - start))
                     block = bytearray(f.read(n))
@@ -274,6 +312,24 @@ class _Handler(BaseHTTPRequestHandler):
                     pos += len(block)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away (cancelled or killed)
+
+    def _huge_error(self, size: int, request: Request) -> None:
+        """A 500 whose body is ``size`` bytes of text (a proxy's error page gone wrong)."""
+        request.status = 500
+        self.send_response(500)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        block = b"x" * BLOCK
+        left = size
+        try:
+            while left > 0:
+                n = min(left, BLOCK)
+                self.wfile.write(block[:n])
+                self.hub._add_sent(request, n)
+                left -= n
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def _error(self, status: int, code: str, message: str, request: Request | None = None) -> None:
         if request is not None:
@@ -289,3 +345,48 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+# --- for tests that need no real model: a small GGUF, and huggingface_hub pointed at a server -------
+
+
+def write_small_gguf(path: Path, tokens: tuple[str, ...] = ("<unk>", "<s>", "</s>", "a", "b", "ab"),
+                     tensor_floats: int = 64) -> Path:
+    """A valid GGUF of a few kB (a tokenizer and one tensor), written with the gguf package."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(tokens))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_context_length(128)
+    w.add_tensor("t0", np.arange(tensor_floats, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def point_huggingface_hub_at(url: str, hf_home: Path, monkeypatch) -> None:  # noqa: ANN001 (pytest's MonkeyPatch)
+    """What the ``hub`` fixture (tests/models/conftest.py) does, for any server: huggingface_hub
+    reads HF_ENDPOINT at import, so its constants are patched; online, no xet, no token, a
+    private HF_HOME."""
+    from huggingface_hub import constants, hf_hub_url
+
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hf_home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
+    monkeypatch.setenv("HF_TOKEN_PATH", str(hf_home / "token"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hf_home / "token"))
+    assert hf_hub_url("a/b", "c.gguf") == f"{url}/a/b/resolve/main/c.gguf", "huggingface_hub not redirected"

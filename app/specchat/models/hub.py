@@ -8,15 +8,31 @@ the user already has, from this app or any other, is reused and not fetched agai
 Why not just ``hf_hub_download``: since huggingface_hub 1.x it writes each download to a
 process-unique temporary file and deletes it on any failure (huggingface_hub PR #4228),
 so a download that is cancelled, killed or loses the network starts from zero next
-time.  It does retry a dropped connection with a Range request inside one call, but a
-1 GB model on a flaky link, or one the user pauses, must resume across calls and
-processes.  So this module fetches the blob itself, still with huggingface_hub's
-machinery (``get_hf_file_metadata`` for the HEAD, ``http_get`` for the GET with its
-retries and Range handling, ``WeakFileLock`` against a second writer), into the stable
-name ``blobs/<etag>.incomplete`` (the name huggingface_hub used before 1.0, so either
-resumes the other's partial file).  Once the bytes are complete and their sha256 checks
-out, the file is renamed to ``blobs/<etag>`` and ``hf_hub_download`` is called to create
-the snapshot link exactly as it always does; it finds the blob and transfers nothing.
+time.  And its ``http_get`` reads the body in 10 MiB chunks with one blocking socket
+read after another: a server that sends the headers and then nothing holds the caller
+for the whole read timeout per retry, and a cancel is only seen between chunks.  So
+this module fetches the blob itself, still with huggingface_hub's machinery
+(``get_hf_file_metadata`` for the HEAD, its HTTP client and headers, ``WeakFileLock``
+against a second writer, its cache layout), into the stable name
+``blobs/<etag>.incomplete`` (the name huggingface_hub used before 1.0, so either resumes
+the other's partial file).  Once the bytes are complete and their sha256 checks out, the
+file is renamed to ``blobs/<etag>`` and linked as ``snapshots/<commit>/<filename>``, the
+way ``hf_hub_download`` links it.
+
+Cancel and stalls.  The blocking network calls (the HEAD, the GET and its body reads)
+run in a short-lived daemon thread that hands the body over in small pieces through a
+bounded queue; the job's own thread waits on that queue at most :data:`POLL_S` at a
+time, so a cancel is seen within about a quarter of a second in every state (planning,
+waiting for another process's lock, a server that sends nothing, hashing), and a server
+that sends nothing for ``stall_timeout_s`` is given up on (retried from where it got
+to, then refused with one line).  A cancelled or stalled thread is simply left to end on
+its own read timeout; it owns no file.  Hashing reads 8 MiB at a time and checks the
+cancel between reads (8 MiB hash in ~10 ms, so a multi-GB file never holds a shutdown).
+
+Hostile answers.  Every name that becomes part of a path (repo id, file name, revision,
+the ETag and commit the hub answers) is checked by :mod:`specchat.models.hub_names`
+first; a body longer than the size the hub announced is refused; an error body is read
+at most :data:`ERROR_BODY_MAX` bytes.
 
 Every failure the user can cause or fix (gated repo, missing file, no network, full
 disk, corrupt bytes) becomes a :class:`DownloadError` whose message is one line.
@@ -25,25 +41,27 @@ disk, corrupt bytes) becomes a :class:`DownloadError` whose message is one line.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import functools
 import hashlib
 import os
+import queue
 import re
 import shutil
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
+import filelock
 import httpx2
 from huggingface_hub import (
     constants,
     get_hf_file_metadata,
-    hf_hub_download,
     hf_hub_url,
     try_to_load_from_cache,
 )
@@ -56,14 +74,30 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import http_get, repo_folder_name
-from huggingface_hub.utils import WeakFileLock, build_hf_headers
+
+# the cache layout's own writers (a relative symlink, or a copy where links are not supported;
+# the refs/<branch> file written atomically), so the snapshot looks exactly as hf_hub_download's
+from huggingface_hub.file_download import (
+    _cache_commit_hash_for_specific_revision,
+    _create_symlink,
+    repo_folder_name,
+)
+from huggingface_hub.utils import WeakFileLock, build_hf_headers, get_session, hf_raise_for_status
 
 from specchat.errors import UserError
 
+from .hub_names import HubNameError, check_commit, check_etag, check_filename, check_repo_id, check_revision
+
 PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress callbacks a second
 RATE_WINDOW_S = 5.0  # the rate is measured over the last few seconds, so a stall shows
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+POLL_S = 0.25  # the longest the job's thread waits without looking at the cancel flag
+HASH_CHUNK = 8 << 20  # read and hashed at a time; ~10 ms of sha256, then the cancel is checked
+ERROR_BODY_MAX = 64 << 10  # of an error answer's body, enough for any hub message
+HEAD_DEADLINE_S = 60.0  # a HEAD (file size, etag, commit) that takes longer is refused
+RETRIES = 5  # a GET that fails this many times in a row without a new byte is given up
+_QUEUED_PIECES = 16  # body pieces (<= 64 KiB each, httpcore's read size) between the threads
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_T = TypeVar("_T")
 
 # What the hub client raises for problems of the network, the hub or the disk.  HfHubHTTPError,
 # OfflineModeIsEnabled and FileMetadataError are OSErrors too; transport errors are httpx2's.
@@ -72,13 +106,31 @@ HUB_ERRORS: tuple[type[BaseException], ...] = (OSError, httpx2.HTTPError)
 
 @dataclass(frozen=True, slots=True)
 class HubFile:
-    """One file in a hub repo, with what the catalog knows about it in advance."""
+    """One file in a hub repo, with what the catalog knows about it in advance.
+
+    Checked when made (:mod:`specchat.models.hub_names`): a repo id, file name or revision
+    that could leave the cache directory, or a sha256 that is not one, raises HubNameError.
+    """
 
     repo_id: str
     filename: str
     revision: str = "main"
     sha256: str | None = None  # expected, if known
     size: int | None = None  # expected, if known
+
+    def __post_init__(self) -> None:
+        check_repo_id(self.repo_id)
+        check_filename(self.filename)
+        check_revision(self.revision)
+        if self.sha256 is not None and not _SHA256.fullmatch(self.sha256):
+            raise HubNameError(f"{self.ref}: {self.sha256[:80]!r} is not a sha256 (64 hex digits)")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0):
+            raise HubNameError(f"{self.ref}: size {self.size!r:.40} is not a number of bytes")
+
+    @property
+    def ref(self) -> str:
+        """The file as the user names it: owner/repo/filename."""
+        return f"{self.repo_id}/{self.filename}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +144,8 @@ class DownloadProgress:
     total_bytes: int
     rate_bytes_s: float  # over the last few seconds, 0.0 before anything arrived
     eta_s: float | None  # None while the rate is unknown
+    stage: str = "downloading"  # or "verifying": the file's sha256 is being checked
+    verified_bytes: int = 0  # of the current file, while verifying
 
 
 class DownloadError(UserError):
@@ -109,43 +163,101 @@ def download_files(
     should_cancel: Callable[[], bool] | None = None,
     cache_dir: Path | None = None,
     token: str | None = None,
+    stall_timeout_s: float | None = None,
 ) -> list[Path]:
     """Download ``files`` as one job into the hub cache; return their local paths, in order.
 
     Files already in the cache are reused without transferring a byte; partial files left
     by an earlier cancelled or interrupted call are resumed.  Before any byte moves, every
     file's size and etag are asked from the hub and the job is refused if the cache's disk
-    lacks the bytes still missing.  ``should_cancel`` is polled as data arrives (every
-    10 MiB chunk that huggingface_hub reads); ``progress`` gets at most ~10 calls a second
-    plus one at the start and end of each file.  ``token`` None means huggingface_hub's
-    own (``hf auth login`` or HF_TOKEN).  Raises DownloadError (DownloadCancelled on
-    cancel) with a one-line message.
+    lacks the bytes still missing.  ``should_cancel`` is polled at least every
+    :data:`POLL_S` seconds in every state (and on every piece of body received);
+    ``progress`` gets at most ~10 calls a second plus one at the start and end of each
+    file.  A server that sends nothing for ``stall_timeout_s`` (default
+    ``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s) is asked again from where it stopped, up to
+    :data:`RETRIES` times.  ``token`` None means huggingface_hub's own (``hf auth login``
+    or HF_TOKEN).  Raises DownloadError (DownloadCancelled on cancel) with a one-line message.
     """
     cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
+    stall = float(stall_timeout_s if stall_timeout_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    cancel = _Cancel(should_cancel)
     current: HubFile | None = files[0] if files else None
     try:
         plans = []
         for file in files:
             current = file
-            plans.append(_plan(file, cache, token))
+            plans.append(_plan(file, cache, token, cancel))
         _check_free_space(plans, cache)
-        job = _Job(plans, progress, should_cancel)
+        job = _Job(plans, progress, cancel)
         paths = []
         for index, plan in enumerate(plans):
             current = plan.file
             job.start_file(index)
             if plan.local_path is None:
-                if not plan.blob.exists():
-                    _fetch_blob(plan, cache, job)
-                plan.local_path = _link_snapshot(plan, cache, job, token)
+                with _blob_lock(plan, cache, job):
+                    if not plan.blob.exists():  # (another process may have finished it while we waited)
+                        _fetch_blob(plan, job, stall)
+                    plan.local_path = _link_snapshot(plan)
             job.end_file()
             paths.append(plan.local_path)
         return paths
     except DownloadError:
         raise
+    except HubNameError as exc:
+        assert current is not None
+        raise DownloadError(f"{current.ref}: {exc}") from None
     except HUB_ERRORS as exc:
         assert current is not None  # an error needs a file to have been worked on
         raise hub_error(exc, current) from None
+
+
+# --- cancel, and blocking calls that do not block it ----------------------------------------------
+
+
+class _Cancel:
+    """The job's cancel flag, checked with one message; ``kept`` says what stays for a resume."""
+
+    def __init__(self, should_cancel: Callable[[], bool] | None) -> None:
+        self.should_cancel = should_cancel
+
+    def check(self, kept: str = "") -> None:
+        if self.should_cancel is not None and self.should_cancel():
+            raise DownloadCancelled(f"download cancelled{kept}; it resumes where it stopped")
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.check()
+            time.sleep(min(POLL_S, left))
+
+
+def _in_background(call: Callable[[], _T], cancel: _Cancel, deadline_s: float, what: str) -> _T:
+    """``call()`` in a daemon thread; the caller polls the cancel flag and the deadline meanwhile.
+
+    On cancel or deadline the thread is left to end on its own timeouts (it holds no file).
+    """
+    box: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=1)
+
+    def run() -> None:
+        try:
+            box.put((True, call()))
+        except BaseException as exc:  # handed to the caller, raised there
+            box.put((False, exc))
+
+    threading.Thread(target=run, name="specchat-hub-request", daemon=True).start()
+    end = time.monotonic() + deadline_s
+    while True:
+        cancel.check()
+        try:
+            ok, value = box.get(timeout=POLL_S)
+        except queue.Empty:
+            if time.monotonic() > end:
+                raise DownloadError(f"{what}: the hub did not answer within {deadline_s:g} s; try again") from None
+            continue
+        if ok:
+            return value  # type: ignore[return-value]  # what call() returned
+        assert isinstance(value, BaseException)
+        raise value
 
 
 # --- planning: what is there, what is missing --------------------------------------------------
@@ -163,6 +275,7 @@ class _Plan:
     headers: dict[str, str] = field(default_factory=dict)  # for GETs of url
     etag: str = ""
     commit: str = ""
+    storage: Path = Path()  # models--owner--name
     blob: Path = Path()
     pointer: Path = Path()
 
@@ -171,10 +284,10 @@ class _Plan:
         return self.blob.with_name(self.blob.name + ".incomplete")
 
 
-def _plan(file: HubFile, cache: Path, token: str | None) -> _Plan:
+def _plan(file: HubFile, cache: Path, token: str | None, cancel: _Cancel) -> _Plan:
     url = hf_hub_url(file.repo_id, file.filename, revision=file.revision)
     try:
-        meta = get_hf_file_metadata(url, token=token)
+        meta = _in_background(lambda: get_hf_file_metadata(url, token=token), cancel, HEAD_DEADLINE_S, file.ref)
     except (RevisionNotFoundError, RemoteEntryNotFoundError):
         raise  # the hub says it does not exist: a cached copy of another revision is no answer
     except HUB_ERRORS:
@@ -186,8 +299,11 @@ def _plan(file: HubFile, cache: Path, token: str | None) -> _Plan:
         raise
     if not meta.commit_hash or not meta.etag:
         raise FileMetadataError(f"{url}: no commit or etag in the answer")
-    if meta.size is None:
+    if meta.size is None or meta.size < 0:
         raise FileMetadataError(f"{url}: no file size in the answer")
+    # both become path components below: blobs/<etag>, snapshots/<commit>/<filename>
+    check_etag(meta.etag)
+    check_commit(meta.commit_hash)
     _check_expected(file, meta.etag, meta.size)
 
     storage = cache / repo_folder_name(repo_id=file.repo_id, repo_type="model")
@@ -199,6 +315,7 @@ def _plan(file: HubFile, cache: Path, token: str | None) -> _Plan:
         headers=download_headers(url, meta.location, token),
         etag=meta.etag,
         commit=meta.commit_hash,
+        storage=storage,
         blob=storage / "blobs" / meta.etag,
         pointer=storage / "snapshots" / meta.commit_hash / file.filename,
     )
@@ -261,51 +378,192 @@ def _check_free_space(plans: Sequence[_Plan], cache: Path) -> None:
 # --- fetching one blob -------------------------------------------------------------------------
 
 
+def raise_for_error_status(response: httpx2.Response) -> None:
+    """For an answer of 400 or more: read at most ERROR_BODY_MAX bytes of its body, then raise
+    huggingface_hub's error for it (which quotes the body).  A 200 MB error page costs 64 KiB."""
+    if response.status_code < 400:
+        return
+    body = bytearray()
+    for piece in response.iter_raw():
+        body += piece
+        if len(body) >= ERROR_BODY_MAX:
+            break
+    # the raw bytes, with no Content-Encoding left to inflate them: the quote stays 64 KiB at most
+    headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length")}
+    hf_raise_for_status(httpx2.Response(response.status_code, headers=headers, content=bytes(body[:ERROR_BODY_MAX]),
+                                        request=response.request))
+
+
+class _Transient(Exception):
+    """A GET that broke off (dropped connection, stall, short body): asked again from where it got to."""
+
+
+class _Body:
+    """One GET, read in a daemon thread; its status and body pieces arrive through a small queue.
+
+    The job's thread waits at most POLL_S at a time (checking the cancel) and gives up
+    after ``stall_s`` without a piece.  ``close()`` tells the reader to stop at its next
+    piece; a reader blocked in a socket read ends on its own read timeout.
+    """
+
+    def __init__(self, url: str, headers: dict[str, str], stall_s: float) -> None:
+        self._queue: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=_QUEUED_PIECES)
+        self._stop = threading.Event()
+        self.stall_s = stall_s
+        timeout = httpx2.Timeout(stall_s + 1.0)  # the job's own stall check comes first
+        args = (url, headers, timeout)
+        threading.Thread(target=self._read, args=args, name="specchat-download-body", daemon=True).start()
+
+    def _read(self, url: str, headers: dict[str, str], timeout: httpx2.Timeout) -> None:
+        try:
+            with get_session().stream("GET", url, headers=headers, follow_redirects=True,
+                                      timeout=timeout) as response:
+                raise_for_error_status(response)
+                self._put("head", response)
+                for piece in response.iter_raw():  # as sent: identity was asked, the hash checks it
+                    if self._stop.is_set():
+                        return
+                    if piece:
+                        self._put("data", piece)
+            self._put("end", None)
+        except BaseException as exc:  # handed to the job's thread
+            self._put("error", exc)
+
+    def _put(self, kind: str, value: object) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put((kind, value), timeout=POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def next(self, cancel: Callable[[], None], what: str) -> tuple[str, object]:
+        """The next item, or _Transient after stall_s without one."""
+        last = time.monotonic()
+        while True:
+            cancel()
+            try:
+                kind, value = self._queue.get(timeout=POLL_S)
+            except queue.Empty:
+                if time.monotonic() - last > self.stall_s:
+                    raise _Transient(f"{what}: the server sent nothing for {self.stall_s:g} s") from None
+                continue
+            if kind == "error":
+                assert isinstance(value, BaseException)
+                if isinstance(value, httpx2.TransportError):  # dropped, reset, timed out: ask again
+                    raise _Transient(f"{what}: the connection broke ({type(value).__name__})")
+                raise value
+            return kind, value
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def _open_partial(path: Path) -> BinaryIO:
     """Open the partial file for appending (a seam for the tests' full-disk simulation)."""
     return path.open("ab")
 
 
-def _fetch_blob(plan: _Plan, cache: Path, job: _Job) -> None:
-    """Download into ``blobs/<etag>.incomplete``, resuming what is there, verify, rename to the blob."""
-    # huggingface_hub's own lock file for this blob: two downloads of it (two app windows, or this
-    # app and the hf CLI) never write at once, and a killed process's lock dies with it.
-    lock = cache / ".locks" / repo_folder_name(repo_id=plan.file.repo_id, repo_type="model") / f"{plan.etag}.lock"
+@contextlib.contextmanager
+def _blob_lock(plan: _Plan, cache: Path, job: _Job) -> Iterator[None]:
+    """huggingface_hub's own lock file for this blob: two downloads of it (two app windows, or this
+    app and the hf CLI) never write at once, and a killed process's lock dies with it.  Waited for
+    POLL_S at a time, so a cancel is seen while another process holds it."""
+    lock = cache / ".locks" / plan.storage.name / f"{plan.etag}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     plan.blob.parent.mkdir(parents=True, exist_ok=True)
-    with WeakFileLock(lock):
-        if plan.blob.exists():  # another process finished it while we waited
-            return
-        with _open_partial(plan.partial) as f:
-            job.resume_at(f.tell())
-            # http_get sends Range: bytes=<resume_size>- and appends; on a dropped connection it
-            # retries from where it got to, on its own, up to five times in a row without progress.
-            http_get(
-                plan.url,
-                f,
-                resume_size=f.tell(),
-                headers=plan.headers,
-                expected_size=plan.size,
-                displayed_filename=plan.file.filename,
-                # typed as a tqdm subclass, used duck-typed: called with tqdm's keywords, then update(n)
-                tqdm_class=job.progress_sink,  # type: ignore[arg-type]
-            )
-        _verify(plan)
-        os.replace(plan.partial, plan.blob)
+    with contextlib.ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(WeakFileLock(lock, timeout=POLL_S))
+                break
+            except filelock.Timeout:
+                job.check_cancel()
+        yield
 
 
-def _verify(plan: _Plan) -> None:
+def _fetch_blob(plan: _Plan, job: _Job, stall_s: float) -> None:
+    """Download into ``blobs/<etag>.incomplete``, resuming what is there, verify, rename to the blob."""
+    with _open_partial(plan.partial) as f:
+        job.resume_at(f.tell())
+        failures = 0
+        while plan.have < plan.size:
+            before = plan.have
+            try:
+                _one_get(plan, f, job, stall_s)
+            except _Transient as exc:
+                failures = 0 if plan.have > before else failures + 1
+                if failures >= RETRIES:
+                    raise DownloadError(f"{exc}; try again (the download resumes)") from None
+                job.sleep(min(0.5 * 2 ** failures, 8.0))  # cancellable back-off
+    _verify(plan, job)
+    os.replace(plan.partial, plan.blob)
+
+
+def _one_get(plan: _Plan, f: BinaryIO, job: _Job, stall_s: float) -> None:
+    """One GET from ``plan.have`` on, appending to ``f``; _Transient when it breaks off early."""
+    headers = dict(plan.headers)
+    if plan.have:
+        headers["Range"] = f"bytes={plan.have}-"
+    body = _Body(plan.url, headers, stall_s)
+    what = plan.file.ref
+    try:
+        _kind, head = body.next(job.check_cancel, what)
+        assert isinstance(head, httpx2.Response)
+        _check_resume(plan, f, job, head)
+        while True:
+            kind, piece = body.next(job.check_cancel, what)
+            if kind == "end":
+                break
+            assert isinstance(piece, bytes)
+            if len(piece) > plan.size - plan.have:
+                raise DownloadError(f"{what}: the server sent more than the {plan.size:,} bytes it announced; "
+                                    "refusing the file")
+            f.write(piece)
+            job.add_bytes(len(piece))
+    finally:
+        body.close()
+        f.flush()  # what arrived is on disk before anything else happens (a cancel, a kill)
+    if plan.have < plan.size:
+        raise _Transient(f"{what}: the connection kept breaking before the end of the file")
+
+
+def _check_resume(plan: _Plan, f: BinaryIO, job: _Job, response: httpx2.Response) -> None:
+    """A 206 must start where we asked; a 200 to a Range request means start again from byte 0."""
+    status = response.status_code
+    if plan.have and status == 200:  # the server ignored the Range header: its body starts at byte 0
+        f.seek(0)
+        f.truncate()
+        job.resume_at(0)
+    elif status == 206:
+        m = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
+        if m is None or int(m[1]) != plan.have:
+            raise DownloadError(f"{plan.file.ref}: the server answered another byte range than asked "
+                                f"({response.headers.get('Content-Range', 'none')!r:.60}); refusing the file")
+    elif status != 200:
+        raise DownloadError(f"{plan.file.ref}: unexpected answer HTTP {status} to a download; try again later")
+
+
+def _verify(plan: _Plan, job: _Job) -> None:
     """Check the finished partial file's sha256; delete it on a mismatch so nothing bad is cached.
 
     The expected hash is the catalog's, else the etag when it is a sha256 (the hub's etag
     of an LFS file, which every GGUF is, is the sha256 of its content).  Small git files
-    have a git sha1 etag and are only checked for size (by http_get).
+    have a git sha1 etag and are only checked for size.  Read HASH_CHUNK at a time,
+    checking the cancel in between: a cancelled check leaves the complete partial file,
+    which the next call verifies again without a transfer.
     """
     expected = (plan.file.sha256 or (plan.etag if _SHA256.fullmatch(plan.etag) else "")).lower()
     if not expected:
         return
+    digest = hashlib.sha256()
+    done = 0
     with plan.partial.open("rb") as f:
-        actual = hashlib.file_digest(f, "sha256").hexdigest()
+        while block := f.read(HASH_CHUNK):
+            digest.update(block)  # releases the GIL: the window stays responsive
+            done += len(block)
+            job.verifying(done)
+    actual = digest.hexdigest()
     if actual != expected:
         plan.partial.unlink()
         raise DownloadError(
@@ -314,30 +572,19 @@ def _verify(plan: _Plan) -> None:
         )
 
 
-def _link_snapshot(plan: _Plan, cache: Path, job: _Job, token: str | None) -> Path:
-    """Let huggingface_hub create ``snapshots/<commit>/<filename>`` for the blob now in place.
+def _link_snapshot(plan: _Plan) -> Path:
+    """Create ``snapshots/<commit>/<filename>`` -> ``blobs/<etag>``, as hf_hub_download does.
 
-    Asked for the exact commit the HEAD answered, hf_hub_download finds the blob and only
-    links it (no second download even if the branch moved meanwhile).  The branch ref
-    (``refs/main``) is written here, as hf_hub_download would for a branch name, so other
-    tools and offline lookups find the file by revision name too.
+    Done here rather than by a second hf_hub_download call: that call asks the hub again
+    and would download whatever a second, different answer names, outside these checks.
+    The branch ref (``refs/main``) is written too, so other tools and offline lookups
+    find the file by revision name.
     """
-    # tqdm_class is typed as a tqdm subclass, used duck-typed (see _Job.progress_sink); the
-    # mismatch shows as no overload matching
-    path = hf_hub_download(  # type: ignore[call-overload]
-        plan.file.repo_id,
-        plan.file.filename,
-        revision=plan.commit,
-        cache_dir=cache,
-        token=token,
-        tqdm_class=job.progress_sink,
-    )
-    if plan.file.revision != plan.commit:
-        ref = plan.blob.parent.parent / "refs" / plan.file.revision
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        if not ref.exists() or ref.read_text() != plan.commit:
-            ref.write_text(plan.commit)
-    return Path(path)
+    plan.pointer.parent.mkdir(parents=True, exist_ok=True)
+    if not plan.pointer.exists():
+        _create_symlink(str(plan.blob), str(plan.pointer), new_blob=False)
+    _cache_commit_hash_for_specific_revision(str(plan.storage), plan.file.revision, plan.commit)
+    return plan.pointer
 
 
 # --- progress ----------------------------------------------------------------------------------
@@ -369,20 +616,18 @@ class _Job:
         self,
         plans: Sequence[_Plan],
         progress: Callable[[DownloadProgress], None] | None,
-        should_cancel: Callable[[], bool] | None,
+        cancel: _Cancel,
     ) -> None:
-        self.plans, self.progress, self.should_cancel = plans, progress, should_cancel
+        self.plans, self.progress, self.cancel = plans, progress, cancel
         self.total = sum(p.size for p in plans)
         self.done = sum(p.have for p in plans)
         self.index = 0
         self.meter = _RateMeter()
         self._last_emit = 0.0
-        # what http_get takes as its tqdm_class: it calls it with tqdm's keyword arguments
-        self.progress_sink = functools.partial(_ProgressSink, self)
 
     def start_file(self, index: int) -> None:
         self.index = index
-        self._check_cancel()
+        self.check_cancel()
         self._emit(force=True)
 
     def resume_at(self, offset: int) -> None:
@@ -395,8 +640,12 @@ class _Job:
         self.done += n
         self.plans[self.index].have += n
         self.meter.add(n)
-        self._check_cancel()
+        self.check_cancel()
         self._emit()
+
+    def verifying(self, verified: int) -> None:
+        self.check_cancel()
+        self._emit(stage="verifying", verified=verified)
 
     def end_file(self) -> None:
         plan = self.plans[self.index]
@@ -404,13 +653,15 @@ class _Job:
         plan.have = plan.size
         self._emit(force=True)
 
-    def _check_cancel(self) -> None:
-        if self.should_cancel is not None and self.should_cancel():
-            plan = self.plans[self.index]
-            kept = f", {human_bytes(plan.have)} of {plan.file.filename} kept" if 0 < plan.have < plan.size else ""
-            raise DownloadCancelled(f"download cancelled{kept}; it resumes where it stopped")
+    def check_cancel(self) -> None:
+        plan = self.plans[self.index]
+        kept = f", {human_bytes(plan.have)} of {plan.file.filename} kept" if 0 < plan.have < plan.size else ""
+        self.cancel.check(kept)
 
-    def _emit(self, force: bool = False) -> None:
+    def sleep(self, seconds: float) -> None:
+        self.cancel.sleep(seconds)
+
+    def _emit(self, force: bool = False, stage: str = "downloading", verified: int = 0) -> None:
         now = time.monotonic()
         if self.progress is None or (not force and now - self._last_emit < PROGRESS_INTERVAL_S):
             return
@@ -426,32 +677,10 @@ class _Job:
                 total_bytes=self.total,
                 rate_bytes_s=rate,
                 eta_s=left / rate if rate > 0 else (0.0 if left <= 0 else None),
+                stage=stage,
+                verified_bytes=verified,
             )
         )
-
-
-class _ProgressSink:
-    """Stands in for tqdm inside huggingface_hub's http_get: counts bytes, draws nothing.
-
-    http_get creates it with tqdm's keyword arguments (total, initial, desc, unit, ...) and
-    calls ``update(n)`` after each chunk it reads, before writing the chunk; raising
-    DownloadCancelled there stops the GET and leaves the partial file consistent.
-    """
-
-    def __init__(self, job: _Job, **_tqdm_kwargs: Any) -> None:
-        self.job = job
-
-    def update(self, n: int | float = 1) -> None:
-        self.job.add_bytes(int(n))
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _ProgressSink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -493,8 +722,6 @@ def hub_error(exc: BaseException, file: HubFile) -> DownloadError:
     elif isinstance(exc, OSError) and exc.errno is not None:
         where = f" ({exc.filename})" if exc.filename else ""
         msg = f"cannot write {name} to the cache{where}: {exc.strerror or exc}"
-    elif "Consistency check failed" in str(exc):  # http_get: the body ended short after its retries
-        msg = f"{name}: the connection kept breaking before the end of the file; try again (it resumes)"
     else:
         msg = f"{name}: {exc}"
     return DownloadError(_one_line(msg))
