@@ -8,19 +8,21 @@ from 5 up to the smaller vocabulary.  A failed check names the first reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_header import GGUFHeader, validate_file
+from .gguf_header import GGUFHeader, StringArray, validate_file
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
+TOKEN_ID_RANGE = (-(1 << 31), (1 << 32) - 1)  # written as u32, some converters use i32 (-1: none)
 
 
 @dataclass(frozen=True, slots=True)
 class TokenizerInfo:
     model: str
-    tokens: tuple[str, ...]
+    tokens: Sequence[str]  # a StringArray from a header (compared as bytes), or any sequence
     add_bos: bool | None
     add_eos: bool | None
     bos_id: int | None
@@ -28,14 +30,16 @@ class TokenizerInfo:
 
     @classmethod
     def from_header(cls, header: GGUFHeader) -> TokenizerInfo:
-        tokens = header.get("tokenizer.ggml.tokens")
+        """Raises GGUFError naming the file and the key for a field of the wrong type (llama.cpp
+        refuses such a file too, when it loads it)."""
+        lo, hi = TOKEN_ID_RANGE
         return cls(
-            model=str(header.get("tokenizer.ggml.model", "")),
-            tokens=tuple(map(str, tokens)) if isinstance(tokens, list) else (),
-            add_bos=_opt_bool(header.get("tokenizer.ggml.add_bos_token")),
-            add_eos=_opt_bool(header.get("tokenizer.ggml.add_eos_token")),
-            bos_id=_opt_int(header.get("tokenizer.ggml.bos_token_id")),
-            eos_id=_opt_int(header.get("tokenizer.ggml.eos_token_id")),
+            model=header.get_str("tokenizer.ggml.model", "", max_len=256),
+            tokens=header.get_tokens(),
+            add_bos=header.get_bool("tokenizer.ggml.add_bos_token"),
+            add_eos=header.get_bool("tokenizer.ggml.add_eos_token"),
+            bos_id=header.get_int("tokenizer.ggml.bos_token_id", lo=lo, hi=hi),
+            eos_id=header.get_int("tokenizer.ggml.eos_token_id", lo=lo, hi=hi),
         )
 
     @classmethod
@@ -44,13 +48,11 @@ class TokenizerInfo:
         return cls.from_header(validate_file(path))
 
 
-def _opt_bool(v: object) -> bool | None:
-    return None if v is None else bool(v)
-
-
-def _opt_int(v: object) -> int | None:
-    # a token id of another type (text, a number with a fraction) is a broken header: read it as absent
-    return int(v) if isinstance(v, int) else None
+def _first_difference(a: Sequence[str], b: Sequence[str], start: int, stop: int) -> int | None:
+    """The first id in ``start..stop-1`` whose token text differs, or None."""
+    if isinstance(a, StringArray) and isinstance(b, StringArray):
+        return a.first_difference(b, start, stop)  # raw bytes: 151,936 Qwen tokens in about a millisecond
+    return next((i for i in range(start, stop) if a[i] != b[i]), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +87,9 @@ def check_tokenizers(target: TokenizerInfo, draft: TokenizerInfo) -> PairCompati
     nt, nd = len(target.tokens), len(draft.tokens)
     if abs(nt - nd) > MAX_VOCAB_SIZE_DIFFERENCE:
         return no(f"vocabulary sizes differ by {abs(nt - nd)} (> {MAX_VOCAB_SIZE_DIFFERENCE}): {nt} vs {nd}")
-    for i in range(FIRST_COMPARED_TOKEN, min(nt, nd)):
-        if target.tokens[i] != draft.tokens[i]:
-            return no(f"token {i} differs: {target.tokens[i]!r} vs {draft.tokens[i]!r}")
+    i = _first_difference(target.tokens, draft.tokens, FIRST_COMPARED_TOKEN, min(nt, nd))
+    if i is not None:
+        return no(f"token {i} differs: {target.tokens[i]!r:.80} vs {draft.tokens[i]!r:.80}")
     return PairCompatibility(True, f"same tokenizer ({target.model}, {min(nt, nd)} tokens compared)")
 
 

@@ -28,11 +28,24 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
-from .gguf_header import GGUFHeader, read_file_header
+from specchat.errors import UserError
+
+from .gguf_header import GGUFHeader, validate_file
 
 GIB = 1024**3
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
+# bounds on the hyper-parameters the estimate multiplies: far above any real model (the
+# largest have ~130 layers, 16k-wide embeddings, 260k vocabularies), low enough that a
+# hostile header cannot make the arithmetic explode
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 20  # embedding, feed-forward and head sizes, head counts
+MAX_VOCAB = 1 << 24
+MAX_CTX = 1 << 24
+
+
+class FitError(UserError, ValueError):
+    """A request the estimate cannot answer (a context length out of range)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,25 +73,20 @@ class ModelMemory:
         return self.per_layer + (self.kv_cache // self.n_layers if self.n_layers else 0)
 
 
-def _int(header: GGUFHeader, key: str, default: int = 0) -> int:
-    v = header.arch_get(key, default)
-    if isinstance(v, list):  # per-layer values (some hybrid models): take the largest
-        v = max(v) if v else default
-    # a value of another type (text, nested lists) is a broken header: read it as absent
-    return int(v) if isinstance(v, int | float) and v else default
-
-
 def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
                    flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
-    n_layers = _int(header, "block_count")
-    n_embd = _int(header, "embedding_length")
-    n_head = max(_int(header, "attention.head_count", 1), 1)
-    n_head_kv = _int(header, "attention.head_count_kv", n_head) or n_head
-    head_k = _int(header, "attention.key_length", n_embd // n_head)
-    head_v = _int(header, "attention.value_length", n_embd // n_head)
-    n_ff = _int(header, "feed_forward_length", 4 * n_embd)
-    tokens = header.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if isinstance(tokens, list) else _int(header, "vocab_size", 32000)
+    """The memory of one model at ``n_ctx`` tokens.  GGUFError (naming the file and the key) for a
+    hyper-parameter of the wrong type or out of range; FitError for ``n_ctx`` outside 1..2^24."""
+    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= MAX_CTX:
+        raise FitError(f"context length {n_ctx!r:.20} is out of range: use 1 to {MAX_CTX:,} tokens")
+    n_layers = header.arch_int("block_count", 0, hi=MAX_LAYERS)
+    n_embd = header.arch_int("embedding_length", 0, hi=MAX_WIDTH)
+    n_head = max(header.arch_int("attention.head_count", 1, hi=MAX_WIDTH), 1)
+    n_head_kv = header.arch_int("attention.head_count_kv", n_head, hi=MAX_WIDTH) or n_head
+    head_k = header.arch_int("attention.key_length", n_embd // n_head, hi=MAX_WIDTH) or n_embd // n_head
+    head_v = header.arch_int("attention.value_length", n_embd // n_head, hi=MAX_WIDTH) or n_embd // n_head
+    n_ff = header.arch_int("feed_forward_length", 4 * n_embd, hi=MAX_WIDTH) or 4 * n_embd
+    n_vocab = len(header.get_tokens()) or header.arch_int("vocab_size", 32000, hi=MAX_VOCAB) or 32000
 
     layers: dict[int, int] = {}
     repack = 0
@@ -97,8 +105,9 @@ def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_out
     activations = ub * (3 * n_ff + 4 * n_embd) * 4
     logits = n_outputs * n_vocab * 4
     compute = attention_scores + activations + logits
-    return ModelMemory(name or str(header.get("general.name", "model")), weights, per_layer, n_layers, kv, compute,
-                       repack)
+    general_name = header.get("general.name")
+    name = name or (general_name[:200] if isinstance(general_name, str) and general_name else "model")
+    return ModelMemory(name, weights, per_layer, n_layers, kv, compute, repack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +207,7 @@ def free_memory() -> tuple[int | None, int]:
 def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) -> list[ModelMemory]:
     out = []
     for i, p in enumerate(paths):
-        h = read_file_header(p)
+        h = validate_file(p)  # a file whose tensor data is missing does not "fit"
         out.append(estimate_model(h, n_ctx=n_ctx, flash_attn=flash_attn, n_outputs=16 if i == 0 else 1,
                                   name=Path(p).name))
     return out
