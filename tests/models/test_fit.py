@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
+from gguf import GGUFValueType
+from gguf_samples import write_gguf
 
-from specchat.models.fit import GIB, ModelMemory, estimate_files, estimate_from_size, fit_pair, fit_sizes
+from specchat.models.fit import (
+    GIB,
+    FitError,
+    ModelMemory,
+    estimate_files,
+    estimate_from_size,
+    fit_pair,
+    fit_sizes,
+)
+from specchat.models.gguf_header import GGUFError
 
 MEASURE = r"""
 import json, sys, psutil
@@ -110,3 +122,48 @@ def test_size_only_estimate_agrees_with_the_header_estimate_for_the_qwen_pair(qw
         by_header = fit_pair(headers, free_vram=vram, free_ram=ram)
         by_size = fit_sizes(files, free_vram=vram, free_ram=ram)
         assert by_size.where == by_header.where, (vram, ram, by_header.summary, by_size.summary)
+
+
+# -- hostile headers and requests: one line, never a crash ---------------------------------------
+
+U32, U64, F32, STR, ARRAY = (GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.FLOAT32,
+                             GGUFValueType.STRING, GGUFValueType.ARRAY)
+
+
+@pytest.mark.parametrize(("key", "entry", "expected"), [
+    ("llama.block_count", ("abc", STR), "x.gguf: llama.block_count is 'abc', expected a whole number"),
+    ("llama.block_count", (math.inf, F32), "x.gguf: llama.block_count is inf, expected a whole number"),
+    ("llama.embedding_length", (math.nan, F32), "x.gguf: llama.embedding_length is nan, expected a whole number"),
+    ("llama.attention.head_count", (["a", "b"], ARRAY), "llama.attention.head_count is array of 2 strings"),
+    ("llama.embedding_length", (1 << 40, U64), "llama.embedding_length is 1099511627776, expected a whole number "
+     "from 0 to 1,048,576"),
+    ("llama.block_count", (1 << 31, U32), "llama.block_count is 2147483648, expected a whole number from 0 to 10,000"),
+    ("llama.feed_forward_length", ([1, 1 << 40], ARRAY, GGUFValueType.INT64),
+     "llama.feed_forward_length is array of 2 i64, expected whole numbers from 0 to 1,048,576"),
+], ids=["text", "inf", "nan", "strings", "huge width", "huge layers", "huge per-layer"])
+def test_hostile_hyper_parameters_are_one_line_errors(tmp_path, key, entry, expected):
+    path = write_gguf(tmp_path / "x.gguf", extra={key: entry})
+    with pytest.raises(GGUFError) as err:
+        estimate_files([path], n_ctx=4096)
+    assert str(err.value).startswith("x.gguf: ") and expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_per_layer_values_count_their_largest(tmp_path):
+    plain = estimate_files([write_gguf(tmp_path / "a.gguf")], n_ctx=1024)[0]
+    per_layer = write_gguf(tmp_path / "b.gguf", extra={"llama.attention.head_count_kv": ([4, 2], ARRAY)})
+    assert estimate_files([per_layer], n_ctx=1024)[0].kv_cache == plain.kv_cache
+
+
+@pytest.mark.parametrize("n_ctx", [0, -1, (1 << 24) + 1, 1 << 62])
+def test_a_context_length_out_of_range_is_a_user_error(tmp_path, n_ctx):
+    path = write_gguf(tmp_path / "x.gguf")
+    with pytest.raises(FitError, match="context length .* is out of range: use 1 to 16,777,216 tokens"):
+        estimate_files([path], n_ctx=n_ctx)
+    assert estimate_files([path], n_ctx=1 << 24)[0].kv_cache > 0
+
+
+def test_a_file_whose_tensor_data_is_missing_does_not_fit(tmp_path):
+    path = write_gguf(tmp_path / "x.gguf")
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(GGUFError, match=r"x.gguf: truncated: [\d,]+ bytes on disk, the header needs [\d,]+"):
+        estimate_files([path], n_ctx=4096)

@@ -527,7 +527,7 @@ class _Stream:
         self.pos = pos
         if blob is None or ends is None:
             return None
-        return StringArray(bytes(blob), np.frombuffer(ends, dtype=np.uint64).copy())
+        return StringArray(bytes(blob), np.frombuffer(ends, dtype=np.uint64))  # no copy: the array stays its base
 
 
 def _value_type(code: int, key: str) -> GGUFValueType:
