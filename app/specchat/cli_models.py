@@ -15,10 +15,17 @@ from pathlib import Path
 
 from specchat.cli import EXIT_INCOMPATIBLE, CliError
 from specchat.errors import UserError
-from specchat.models.catalog import CatalogError, CatalogModel, add_user_pair, find_pair, load_catalog
+from specchat.models.catalog import (
+    CatalogError,
+    CatalogModel,
+    add_user_pair,
+    find_pair,
+    load_catalog,
+    load_catalog_lenient,
+)
 from specchat.models.compatibility import check_pair
 from specchat.models.fit import GIB, estimate_files, fit_pair, free_memory
-from specchat.models.gguf_header import GGUFError
+from specchat.models.gguf_header import GGUFError, validate_file
 from specchat.models.registry import Registry
 
 
@@ -30,8 +37,18 @@ def _gb(n: int | None) -> str:
     return "?" if not n else f"{n / 1e9:.1f} GB"
 
 
+def _header_cap(args: argparse.Namespace) -> int:
+    """The remote_header_cap_mib setting, in bytes (the most one remote header check may read)."""
+    from specchat.config import as_int
+
+    return as_int(args.config["remote_header_cap_mib"]) << 20
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    pairs = load_catalog(args.profile.user_catalog)
+    # a damaged user catalog must not hide the shipped pairs: one warning line per problem
+    pairs, problems = load_catalog_lenient(args.profile.user_catalog)
+    for problem in problems:
+        print(f"specchat: warning: {problem} (skipped)", file=sys.stderr)
     installed = Registry(args.profile.registry).models()
     have = {m.source for m in installed if m.source and m.is_current()}
 
@@ -70,40 +87,59 @@ def _progress_printer():
         last[0] = now
         eta = "" if p.eta_s is None else f", {p.eta_s:.0f} s left"
         pct = p.done_bytes / p.total_bytes if p.total_bytes else 0
+        if p.stage == "verifying":
+            print(f"\r  {p.filename} ({p.file_index + 1}/{p.file_count}): verifying, "
+                  f"{_gb(p.verified_bytes)} checked    ", end="", file=sys.stderr, flush=True)
+            return
         print(f"\r  {p.filename} ({p.file_index + 1}/{p.file_count}): {pct:.0%} of {_gb(p.total_bytes)} "
               f"at {p.rate_bytes_s / 1e6:.1f} MB/s{eta}    ", end="", file=sys.stderr, flush=True)
 
     return show
 
 
+def _pull_files(args: argparse.Namespace) -> list[CatalogModel]:
+    """What 'pull' fetches: a hub reference (never a local path) or a catalog pair's files."""
+    try:
+        if args.pair.endswith(".gguf"):
+            return [CatalogModel.parse(args.pair)]  # refuses absolute paths, '..', '~', backslashes
+        pair = find_pair(args.pair, load_catalog(args.profile.user_catalog))
+    except CatalogError as exc:
+        raise CliError(str(exc)) from None
+    if pair.drafts and not 0 <= args.draft_index < len(pair.drafts):
+        raise CliError(f"{pair.id} has {len(pair.drafts)} draft(s); --draft-index out of range")
+    return list(pair.files(args.draft_index))
+
+
+def _validated(f: CatalogModel, path: Path) -> None:
+    """A pulled file must be a whole GGUF model; the refusal names it as the user does (repo/file)."""
+    try:
+        validate_file(path)
+    except GGUFError as exc:
+        reason = str(exc).removeprefix(f"{path.name}: ").removeprefix(f"{path}: ")
+        raise CliError(f"{f.ref}: {reason} (downloaded to {path}; it is not a model SpecChat can load)") from None
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     from specchat.models.hub import DownloadError, download_files
     from specchat.models.remote import check_remote_pair
 
-    try:
-        if args.pair.endswith(".gguf"):
-            files = [CatalogModel.parse(args.pair)]
-        else:
-            pair = find_pair(args.pair, load_catalog(args.profile.user_catalog))
-            if pair.drafts and not 0 <= args.draft_index < len(pair.drafts):
-                raise CliError(f"{pair.id} has {len(pair.drafts)} draft(s); --draft-index out of range")
-            files = list(pair.files(args.draft_index))
-    except CatalogError as exc:
-        raise CliError(str(exc)) from None
+    files = _pull_files(args)
     registry = Registry(args.profile.registry)  # a damaged registry stops us before the download
     try:
+        hub_files = [f.hub_file() for f in files]
         if len(files) == 2 and not args.no_check:
-            verdict, fetched = check_remote_pair(files[0].hub_file(), files[1].hub_file())
+            verdict, fetched = check_remote_pair(hub_files[0], hub_files[1], cap_bytes=_header_cap(args))
             print(f"header check ({fetched / 1e6:.1f} MB read): "
                   + ("compatible" if verdict else f"incompatible: {verdict.reason}"), file=sys.stderr)
             if not verdict:
                 return EXIT_INCOMPATIBLE
-        paths = download_files([f.hub_file() for f in files], progress=_progress_printer())
-    except DownloadError as exc:
+        paths = download_files(hub_files, progress=_progress_printer())
+    except (DownloadError, GGUFError) as exc:
         print(file=sys.stderr)
         raise CliError(str(exc)) from None
     print(file=sys.stderr)
     for f, path in zip(files, paths, strict=True):
+        _validated(f, path)
         registry.add(path, source=f.ref)
         print(path)
     if registry.last_pair() is None:  # nothing used yet: what was just pulled is the default
@@ -143,7 +179,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             from specchat.models.remote import check_remote_pair
 
             verdict, fetched = check_remote_pair(CatalogModel.parse(args.target).hub_file(),
-                                                 CatalogModel.parse(args.draft).hub_file())
+                                                 CatalogModel.parse(args.draft).hub_file(),
+                                                 cap_bytes=_header_cap(args))
     except UserError as exc:  # an unreadable file, a bad reference, a hub or network problem
         raise CliError(str(exc)) from None
     if args.json:
@@ -184,10 +221,13 @@ def cmd_add(args: argparse.Namespace) -> int:
     try:
         target = CatalogModel.parse(args.target)
         drafts = [CatalogModel.parse(d) for d in args.draft]
-        path = add_user_pair(args.id, target, drafts, name=args.name, task=args.task,
-                             user_file=args.profile.user_catalog)
-    except CatalogError as exc:
+        path, moved = add_user_pair(args.id, target, drafts, name=args.name, task=args.task,
+                                    user_file=args.profile.user_catalog)
+    except UserError as exc:  # a bad reference, id, name or task; a busy or unwritable file
         raise CliError(str(exc)) from None
+    if moved is not None:
+        print(f"specchat: {path} was damaged; moved it aside to {moved.name} and started a fresh one",
+              file=sys.stderr)
     print(f"added '{args.id}' to {path}")
     return 0
 

@@ -132,6 +132,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
             0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
     Setting("theme", "Theme", "light", choices=("light", "dark")),
+    Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,
+            help="checking a pair on the hub reads only the GGUF headers (rarely over 10 MiB); a file whose "
+                 "header needs more is refused. At most 5% of a file is read, but 16 MiB is always allowed"),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
 

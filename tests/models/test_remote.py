@@ -84,7 +84,7 @@ def test_a_file_that_is_not_gguf_is_named(hub, tmp_path):
     text.write_text("# not a model\n" * 100)
     hub.add_file("test/readme", "README.md", text)
     try:
-        with pytest.raises(GGUFError, match=r"^README.md: not a GGUF file \(bad magic\)$"):
+        with pytest.raises(GGUFError, match=r"^test/readme/README.md: not a GGUF file \(bad magic\)$"):
             read_remote_header(HubFile("test/readme", "README.md"))
     finally:
         del hub.files[("test/readme", "README.md")]

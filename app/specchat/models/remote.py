@@ -8,35 +8,72 @@ manager can refuse a pair, with the reason, before the user spends gigabytes on 
 The header is read sequentially by :func:`specchat.models.gguf_header.read_header` from
 a :class:`RangeReader`, a file-like object that fetches the file with HTTP range requests
 in growing chunks (1 MiB doubling to 8 MiB): small headers cost one or two requests, big
-ones few, and what is fetched past the header's end is at most one chunk.  Requests go
-through huggingface_hub's own HTTP client (an ``httpx2.Client`` in huggingface_hub 2.x,
-with its proxy settings and offline switch) and its headers (token, user agent); hub
-errors become the same one-line DownloadError as downloads (:func:`hub.hub_error`).
+ones few, and what is fetched past the header's end is at most one chunk.  A ``read(n)``
+with a huge ``n`` (a header claiming a 1 GB string) never becomes one huge GET: each GET
+asks for at most ``max_chunk`` bytes and ``read`` returns what it has.
+
+Limits, so a hostile or broken server or file cannot hold the check or fill memory:
+
+- a cap on the bytes read for one header: the ``remote_header_cap_mib`` setting (64 MiB
+  by default), and at most 5% of the file, but never less than 16 MiB (or the whole file
+  when it is smaller), so a small draft with a big vocabulary still checks.  A GGUF header
+  is rarely over 10 MiB (Qwen2.5's 151,936 tokens and merges: ~6 MB);
+- a deadline for the whole header read (60 s), checked between received pieces, and a
+  stall timeout per read (``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s): a server that trickles a
+  byte every few seconds is given up on;
+- an error answer's body is read at most 64 KiB (:func:`hub.raise_for_error_status`);
+- the body is taken as sent (no decompression), and a ranged answer that does not start
+  where it was asked is refused.
+
+Requests go through huggingface_hub's own HTTP client (an ``httpx2.Client`` in
+huggingface_hub 2.x, with its proxy settings and offline switch) and its headers (token,
+user agent); hub errors become the same one-line DownloadError as downloads
+(:func:`hub.hub_error`).
 """
 
 from __future__ import annotations
 
+import re
+import time
+
 import httpx2
 from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-from huggingface_hub.utils import get_session, hf_raise_for_status
+from huggingface_hub.utils import get_session
 
 from .compatibility import PairCompatibility, TokenizerInfo, check_tokenizers
 from .gguf_header import GGUFError, GGUFHeader, read_header
-from .hub import HUB_ERRORS, DownloadError, HubFile, download_headers, hub_error
+from .hub import HUB_ERRORS, DownloadError, HubFile, download_headers, hub_error, raise_for_error_status
 
 FIRST_CHUNK = 1 << 20
 MAX_CHUNK = 8 << 20
+MiB = 1 << 20
+HEADER_CAP = 64 * MiB  # the default of the remote_header_cap_mib setting
+HEADER_CAP_FLOOR = 16 * MiB  # always allowed (a small file's header may be most of it)
+HEADER_CAP_SHARE = 0.05  # of the file: checking must stay far cheaper than downloading
+HEADER_DEADLINE_S = 60.0
+
+
+def header_cap(size: int | None, cap: int = HEADER_CAP) -> int:
+    """Bytes a header read of a file of ``size`` bytes may transfer (see the module docstring)."""
+    if size is None:
+        return cap
+    return min(cap, max(min(HEADER_CAP_FLOOR, cap), int(size * HEADER_CAP_SHARE)))
 
 
 class RangeReader:
     """Read-only, forward-only file-like view of a remote file, fetched lazily by byte ranges.
 
-    ``read(n)`` returns up to ``n`` bytes, b"" at the end of the file.  Each time the buffer
-    runs dry the next range is fetched; ranges grow from ``first_chunk`` doubling up to
-    ``max_chunk``.  ``bytes_fetched`` counts the body bytes transferred so far, ``requests``
-    the GETs.  ``size`` (from the HEAD) keeps ranges inside the file; without it the end
-    shows as a short or 416 answer.  HTTP errors are raised as huggingface_hub's
-    (``hf_raise_for_status``); :func:`read_remote_header` turns them into DownloadError.
+    ``read(n)`` returns between 1 and ``n`` bytes, b"" at the end of the file.  Each time the
+    buffer runs dry the next range is fetched; ranges grow from ``first_chunk`` doubling up
+    to ``max_chunk``, whatever ``n`` is.  ``bytes_fetched`` counts the body bytes
+    transferred so far, ``requests`` the GETs.  ``size`` (from the HEAD) keeps ranges
+    inside the file; without it the end shows as a short or 416 answer.
+
+    Limits (DownloadError, one line naming ``name``): more than ``max_bytes`` fetched; the
+    whole read taking over ``deadline_s`` (checked between received pieces); no byte for
+    ``stall_s`` (the client's read timeout).  HTTP errors are raised as huggingface_hub's
+    (``hf_raise_for_status``, after at most 64 KiB of the body); :func:`read_remote_header`
+    turns them into DownloadError.
     """
 
     def __init__(
@@ -48,12 +85,21 @@ class RangeReader:
         client: httpx2.Client | None = None,
         first_chunk: int = FIRST_CHUNK,
         max_chunk: int = MAX_CHUNK,
+        max_bytes: int | None = None,
+        deadline_s: float = HEADER_DEADLINE_S,
+        stall_s: float | None = None,
+        name: str | None = None,
     ) -> None:
         self.url, self.size = url, size
+        self.name = name or url
         self.headers = dict(headers or {})
         self.headers["Accept-Encoding"] = "identity"  # offsets must be offsets in the file
         self.client = client if client is not None else get_session()
         self.chunk, self.max_chunk = first_chunk, max_chunk
+        self.max_bytes = max_bytes if max_bytes is not None else header_cap(size)
+        self.deadline_s = deadline_s
+        self.stall_s = float(stall_s if stall_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        self._deadline: float | None = None  # set at the first read
         self.bytes_fetched = 0
         self.requests = 0
         self._buf = b""
@@ -61,8 +107,10 @@ class RangeReader:
         self._eof = False
 
     def read(self, n: int = -1) -> bytes:
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self.deadline_s
         if not self._buf and not self._eof:
-            self._fetch(max(self.chunk, n if n > 0 else 0))
+            self._fetch(min(max(self.chunk, n), self.max_chunk))
             self.chunk = min(self.chunk * 2, self.max_chunk)
         if n < 0:
             n = len(self._buf)
@@ -71,63 +119,112 @@ class RangeReader:
 
     def _fetch(self, length: int) -> None:
         start = self._next
+        if self.size is not None and start >= self.size:
+            self._eof = True
+            return
+        self._check_deadline()
+        if self.bytes_fetched >= self.max_bytes:
+            raise DownloadError(f"reading the header of {self.name} stopped after {_mib(self.max_bytes)} "
+                                "(the cap; a GGUF header is rarely over 10 MiB)")
+        length = min(length, self.max_bytes - self.bytes_fetched)
         end = start + length - 1
         if self.size is not None:
-            if start >= self.size:
-                self._eof = True
-                return
             end = min(end, self.size - 1)
-        headers = {**self.headers, "Range": f"bytes={start}-{end}"}
-        # huggingface_hub's client has no default timeout; a stalled server must not hang the check
-        with self.client.stream(
-            "GET", self.url, headers=headers, follow_redirects=True, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
-        ) as response:
-            self.requests += 1
-            if response.status_code == 416:  # range starts past the end
-                self._eof = True
-                return
-            if response.status_code >= 400:
-                response.read()  # so the error can quote the body
-                hf_raise_for_status(response)
-            if response.status_code != 206 and start > 0:
-                raise DownloadError(f"{self.url}: the server ignores range requests; cannot read just the header")
-            data = bytearray()
-            for piece in response.iter_bytes():
-                data += piece
-                if len(data) >= end - start + 1:  # a 200 sends the whole file: stop at what was asked
-                    break
-        got = bytes(data[: end - start + 1])
-        self.bytes_fetched += len(got)
-        self._next += len(got)
-        self._buf += got
-        if len(got) < end - start + 1:
+        data = self._get(start, end)
+        self.bytes_fetched += len(data)
+        self._next += len(data)
+        self._buf += data
+        if len(data) < end - start + 1:
             self._eof = True
 
+    def _get(self, start: int, end: int) -> bytes:
+        try:
+            return self._get_range(start, end)
+        except httpx2.ReadTimeout:
+            raise DownloadError(f"reading the header of {self.name}: the server sent nothing for "
+                                f"{self.stall_s:g} s; try again later") from None
 
-def read_remote_header(file: HubFile, *, token: str | None = None) -> tuple[GGUFHeader, int]:
+    def _get_range(self, start: int, end: int) -> bytes:
+        headers = {**self.headers, "Range": f"bytes={start}-{end}"}
+        # huggingface_hub's client has no default timeout; a stalled server must not hang the check
+        with self.client.stream("GET", self.url, headers=headers, follow_redirects=True,
+                                timeout=httpx2.Timeout(self.stall_s)) as response:
+            self.requests += 1
+            if response.status_code == 416:  # range starts past the end
+                return b""
+            raise_for_error_status(response)
+            self._check_range(response, start)
+            want = end - start + 1
+            data = bytearray()
+            for piece in response.iter_raw():  # as sent: offsets are offsets in the file
+                data += piece
+                if len(data) >= want:  # a 200 sends the whole file: stop at what was asked
+                    break
+                self._check_deadline()
+        return bytes(data[:want])
+
+    def _check_range(self, response: httpx2.Response, start: int) -> None:
+        if response.status_code == 206:
+            m = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
+            if m is not None and int(m[1]) != start:
+                raise DownloadError(f"{self.name}: the server answered another byte range than asked; "
+                                    "cannot read the header")
+        elif start > 0:
+            raise DownloadError(f"{self.name}: the server ignores range requests; cannot read just the header")
+
+    def _check_deadline(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise DownloadError(f"reading the header of {self.name} took over {self.deadline_s:g} s "
+                                f"({_mib(self.bytes_fetched)} arrived); the server is too slow, try again later")
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n:,} bytes"
+
+
+def read_remote_header(
+    file: HubFile,
+    *,
+    token: str | None = None,
+    cap_bytes: int = HEADER_CAP,
+    deadline_s: float = HEADER_DEADLINE_S,
+    stall_s: float | None = None,
+) -> tuple[GGUFHeader, int]:
     """Read the GGUF header of a file on the hub; return it and the body bytes transferred.
 
-    Raises DownloadError for hub and network problems (gated, not found, offline) and
-    GGUFError, naming the file, when the bytes are not a GGUF header.
+    ``cap_bytes`` is the most one header may cost (see :func:`header_cap`), ``deadline_s``
+    the longest the reading may take, ``stall_s`` the longest wait for a byte.  Raises
+    DownloadError for hub and network problems (gated, not found, offline) and for a
+    limit hit, and GGUFError, naming the file, when the bytes are not a GGUF header.
     """
     url = hf_hub_url(file.repo_id, file.filename, revision=file.revision)
+    stall = float(stall_s if stall_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
     try:
-        meta = get_hf_file_metadata(url, token=token)
+        meta = get_hf_file_metadata(url, token=token, timeout=stall)
         headers = download_headers(url, meta.location, token)
-        reader = RangeReader(meta.location, size=meta.size, headers=headers)
+        reader = RangeReader(meta.location, size=meta.size, headers=headers, max_bytes=header_cap(meta.size, cap_bytes),
+                             deadline_s=deadline_s, stall_s=stall, name=file.ref)
         header = read_header(reader)
     except GGUFError as exc:
-        raise GGUFError(f"{file.filename}: {exc}") from None
+        raise GGUFError(f"{file.ref}: {exc}") from None
     except HUB_ERRORS as exc:
         raise hub_error(exc, file) from None
     return header, reader.bytes_fetched
 
 
 def check_remote_pair(
-    target: HubFile, draft: HubFile, *, token: str | None = None
+    target: HubFile,
+    draft: HubFile,
+    *,
+    token: str | None = None,
+    cap_bytes: int = HEADER_CAP,
+    deadline_s: float = HEADER_DEADLINE_S,
+    stall_s: float | None = None,
 ) -> tuple[PairCompatibility, int]:
     """Can ``draft`` serve ``target``?  Decided from the two remote headers; also returns bytes transferred."""
-    target_header, target_bytes = read_remote_header(target, token=token)
-    draft_header, draft_bytes = read_remote_header(draft, token=token)
+    target_header, target_bytes = read_remote_header(target, token=token, cap_bytes=cap_bytes,
+                                                     deadline_s=deadline_s, stall_s=stall_s)
+    draft_header, draft_bytes = read_remote_header(draft, token=token, cap_bytes=cap_bytes,
+                                                   deadline_s=deadline_s, stall_s=stall_s)
     verdict = check_tokenizers(TokenizerInfo.from_header(target_header), TokenizerInfo.from_header(draft_header))
     return verdict, target_bytes + draft_bytes

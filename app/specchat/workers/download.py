@@ -1,4 +1,12 @@
-"""The download thread: one job (a model pair) at a time, progress as signals, cancel any time."""
+"""The download thread: one job (a model pair) at a time, progress as signals, cancel any time.
+
+A cancel is seen by the job within about a quarter of a second in every state: asking the
+hub, waiting for another process's lock, a server that sends nothing, hashing a multi-GB
+file (:mod:`specchat.models.hub` polls it; its blocking network reads run in daemon
+threads of their own).  So :meth:`DownloadService.shutdown` returns within a second or
+two, and the app exits, whatever the download is doing; the partial file stays for a
+resume.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +28,18 @@ class _DownloadWorker(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cancel_flag = threading.Event()
+        self.cancel_flag = threading.Event()  # the current job's; cleared when the next one starts
+        self.closing = threading.Event()  # the service's: set once, no job runs after it
+
+    def should_cancel(self) -> bool:
+        return self.cancel_flag.is_set() or self.closing.is_set()
 
     @Slot(int, object)
     def run(self, job: int, files: Sequence[HubFile]) -> None:
         self.cancel_flag.clear()
         try:
             paths = download_files(list(files), progress=lambda p: self.progress.emit(job, p),
-                                   should_cancel=self.cancel_flag.is_set)
+                                   should_cancel=self.should_cancel)
         except DownloadCancelled as exc:
             self.failed.emit(job, str(exc), True)
         except DownloadError as exc:
@@ -79,7 +91,9 @@ class DownloadService(QObject):
         self.active = None
         self.failed.emit(job, message, cancelled)
 
-    def shutdown(self, patience_ms: int = 10_000) -> None:
+    def shutdown(self, patience_ms: int = 2_000) -> None:
+        """Cancel the running job and any queued ones, and end the thread (within ~0.5 s)."""
+        self._worker.closing.set()
         self.cancel()
         end_thread(self._thread, patience_ms)
 
