@@ -76,13 +76,16 @@ class SpeculativePair:
                                   cancelled=cancelled)
         self.draft: LoadedModel | None = None
         try:
+            # the template first: one that does not compile refuses the pair before the draft
+            # loads and the calibration runs (the model would answer in a format it was not trained on)
+            chat_format = ChatFormat.for_model(self.target, cancelled)
             if config.draft is not None:
                 dopts = config.draft_options or config.target_options
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
                 self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled)
             costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled)
-            self._assemble(costs)
+            self._assemble(costs, chat_format)
         except BaseException:
             self.close()
             raise
@@ -94,14 +97,19 @@ class SpeculativePair:
 
         The seam for models that are not llama.cpp files (the tests' table-driven fake
         model, which implements :class:`LoadedModel`'s interface); no check, no calibration.
+        The pair owns the models from here: if it cannot be made, they are closed.
         """
-        config.controller.validate()
         pair = cls.__new__(cls)
         pair.config, pair.target, pair.draft = config, target, draft
-        pair._assemble(costs)
+        try:
+            config.controller.validate()
+            pair._assemble(costs, ChatFormat.for_model(target))
+        except BaseException:
+            pair.close()
+            raise
         return pair
 
-    def _assemble(self, costs: CostModel) -> None:
+    def _assemble(self, costs: CostModel, chat_format: ChatFormat) -> None:
         config = self.config
         self.speculation_blocked = ""
         if not self.target.can_trim:
@@ -112,7 +120,7 @@ class SpeculativePair:
             ModelDrafter(self.draft, self.target.n_vocab, config.controller.p_min) if self.draft else None
         )
         self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, config.controller.k_max)
-        self.chat_format = ChatFormat.for_model(self.target)
+        self.chat_format = chat_format
 
     def close(self) -> None:
         for m in (getattr(self, "draft", None), getattr(self, "target", None)):
@@ -125,8 +133,12 @@ class SpeculativePair:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def chat_prompt(self, messages: list[dict[str, str]], *, reasoning: bool | None = None) -> ChatPrompt:
-        return self.chat_format.prompt(self.target, messages, reasoning=reasoning)
+    def chat_prompt(self, messages: list[dict[str, str]], *, reasoning: bool | None = None,
+                    cancel: CancelToken | None = None) -> ChatPrompt:
+        """The prompt through the target's chat template: :class:`~.chat.TemplateError` when
+        the template fails, :class:`~.chat.TemplateCancelled` when ``cancel`` stops it."""
+        cancelled = (lambda: cancel.cancelled) if cancel is not None else None
+        return self.chat_format.prompt(self.target, messages, reasoning=reasoning, cancelled=cancelled)
 
     def generate(
         self,

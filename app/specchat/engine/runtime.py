@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,27 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Handles:
+    """A model's native handles, freed in order by :meth:`free` (kept apart from the
+    :class:`LoadedModel` so that its finalizer holds no reference to the model)."""
+
+    def __init__(self, model: llama_cpp.llama_model_p | None) -> None:
+        self.model = model
+        self.ctx: llama_cpp.llama_context_p | None = None
+        self.batch: llama_cpp.llama_batch | None = None
+
+    def free(self) -> None:
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelOptions:
     n_ctx: int = 4096
@@ -129,9 +151,13 @@ class LoadedModel:
             mparams.progress_callback = progress
         self._model: llama_cpp.llama_model_p | None = llama_cpp.llama_model_load_from_file(
             str(self.path).encode(), mparams)
+        # the owner of the native memory: close() runs it, and so does the garbage collector if a
+        # path ever drops a model unclosed (a model is ~100 MB to GBs that nothing else frees)
+        self._handles = _Handles(self._model)
+        self._finalizer = weakref.finalize(self, self._handles.free)
+        self._finalizer.atexit = False  # at exit the process goes anyway; llama.cpp may be torn down
         if cancelled is not None and cancelled():  # aborted by the callback, or cancelled just after
-            if self._model:
-                llama_cpp.llama_model_free(self._model)
+            self.close()
             raise LoadCancelled(f"{self.path.name}: loading was cancelled")
         if not self._model:
             why = last_log_error()
@@ -158,7 +184,7 @@ class LoadedModel:
             cparams.n_outputs_max = n_outputs
         if options.flash_attn is not None and hasattr(cparams, "flash_attn_type"):
             cparams.flash_attn_type = 1 if options.flash_attn else 0
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._ctx = self._handles.ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             why = last_log_error()
             raise LlamaError(
@@ -176,7 +202,7 @@ class LoadedModel:
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = self._handles.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what sits in the KV cache, in order
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -184,15 +210,13 @@ class LoadedModel:
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
+        """Free the batch, the context and the model (once; later calls do nothing)."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        self._batch = None
+        self._ctx = None
+        self._model = None
 
     def __enter__(self) -> LoadedModel:
         return self

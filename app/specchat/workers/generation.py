@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specchat.engine import Done, Error, Mode, SamplingSettings, StopReason
+from specchat.engine.chat import TemplateCancelled
 from specchat.engine.events import GenerationStats
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
+from specchat.errors import UserError, one_line
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.pair_loading import fit_problem
@@ -173,14 +175,29 @@ class GenerationWorker(QObject):
             self._fail(rid, "no model is loaded: pick a model pair first")
             return
         try:
-            prompt = self._pair.chat_prompt(list(request.messages), reasoning=request.reasoning)
+            prompt = self._pair.chat_prompt(list(request.messages), reasoning=request.reasoning, cancel=cancel)
+        except TemplateCancelled:  # stopped (or the app closing) while the template rendered
+            self.engineEvent.emit(rid, Done(StopReason.CANCELLED, GenerationStats.empty()))
+            return
+        except UserError as exc:  # the template failed: one line naming the model, the pair stays usable
+            self._fail(rid, str(exc))
+            return
+        except Exception as exc:
+            self._fail_unexpectedly(rid, exc)
+            return
+        try:
             self.engineEvent.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
             for ev in self._pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                           max_tokens=request.max_tokens, stop=request.stop, cancel=cancel):
                 self.engineEvent.emit(rid, ev)
         except Exception as exc:  # every worker exception becomes an error event
-            traceback.print_exc()
-            self._fail(rid, f"generation failed: {exc}")
+            self._fail_unexpectedly(rid, exc)
+
+    def _fail_unexpectedly(self, rid: int, exc: Exception) -> None:
+        """A bug, not the user's input: the traceback goes to the terminal, one line to the chat."""
+        traceback.print_exception(exc)
+        exc.__traceback__ = None  # its frames reference the pair; the error event must not keep them
+        self._fail(rid, f"generation failed: {one_line(str(exc)) or type(exc).__name__}")
 
     def _fail(self, rid: int, message: str) -> None:
         self.engineEvent.emit(rid, Error(message))
