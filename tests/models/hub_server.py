@@ -30,11 +30,14 @@ block by block, never loaded whole.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import socket
+import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -390,3 +393,44 @@ def point_huggingface_hub_at(url: str, hf_home: Path, monkeypatch) -> None:  # n
     monkeypatch.setenv("HF_TOKEN_PATH", str(hf_home / "token"))
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hf_home / "token"))
     assert hf_hub_url("a/b", "c.gguf") == f"{url}/a/b/resolve/main/c.gguf", "huggingface_hub not redirected"
+
+
+REPO = "test/tiny-GGUF"
+FAKE_SHA = "ab" * 32  # sparse.gguf's claimed sha256 (never hashed to the end)
+MiB = 1 << 20
+
+
+def huge_string_gguf(path: Path, claimed: int, present: int) -> Path:
+    """A GGUF whose one metadata string claims ``claimed`` bytes; ``present`` bytes follow."""
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1)
+    key = b"general.name"
+    head += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, claimed)  # 8: STRING
+    path.write_bytes(head + b"x" * present)
+    return path
+
+
+@contextlib.contextmanager
+def serve_small_files(tmp_path: Path, monkeypatch) -> Iterator[HubServer]:  # noqa: ANN001
+    """A local hub of its own serving small generated files (no real model: the fast tier), with
+    huggingface_hub pointed at it; REPO holds tiny.gguf, two-mib.gguf, notes.gguf (text),
+    huge-string.gguf (a header claiming a 3 MiB string) and sparse.gguf (4 GiB of holes,
+    claimed sha256 FAKE_SHA)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    server = HubServer()
+    server.add_file(REPO, "tiny.gguf", write_small_gguf(served / "tiny.gguf"))
+    server.add_file(REPO, "two-mib.gguf", write_small_gguf(served / "two-mib.gguf", tensor_floats=512 * 1024))
+    (served / "notes.gguf").write_text("shopping list\n" * 1000)
+    server.add_file(REPO, "notes.gguf", served / "notes.gguf")
+    server.add_file(REPO, "huge-string.gguf", huge_string_gguf(served / "huge-string.gguf", 3 * MiB, 4 * MiB))
+    sparse = served / "sparse.gguf"
+    with sparse.open("wb") as f:
+        f.truncate(4 << 30)  # 4 GiB of holes: no disk used
+    server.add_file(REPO, "sparse.gguf", sparse, sha256=FAKE_SHA)
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir()
+    with server:
+        point_huggingface_hub_at(server.url, hf_home, monkeypatch)
+        yield server
+
+

@@ -10,14 +10,13 @@ Range, send huge error pages and craft ETags and commits.  Limits are passed sma
 from __future__ import annotations
 
 import hashlib
-import struct
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf
+from hub_server import FAKE_SHA, REPO, HubServer, serve_small_files
 from huggingface_hub import hf_hub_url
 
 from specchat.models.catalog import CatalogError, CatalogModel
@@ -27,17 +26,6 @@ from specchat.models.hub_names import HubNameError
 from specchat.models.remote import MAX_CHUNK, RangeReader, header_cap, read_remote_header
 
 MiB = 1 << 20
-REPO = "test/tiny-GGUF"
-FAKE_SHA = "ab" * 32  # the sparse file's claimed sha256 (never hashed to the end in these tests)
-
-
-def huge_string_gguf(path: Path, claimed: int, present: int) -> Path:
-    """A GGUF whose one metadata string claims ``claimed`` bytes; ``present`` bytes follow."""
-    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1)
-    key = b"general.name"
-    head += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, claimed)  # 8: STRING
-    path.write_bytes(head + b"x" * present)
-    return path
 
 
 def sha256_of(path: Path) -> str:
@@ -46,24 +34,8 @@ def sha256_of(path: Path) -> str:
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    """A local hub of its own, serving small files, with huggingface_hub pointed at it."""
-    served = tmp_path / "served"
-    served.mkdir()
-    server = HubServer()
-    server.add_file(REPO, "tiny.gguf", write_small_gguf(served / "tiny.gguf"))
-    server.add_file(REPO, "two-mib.gguf", write_small_gguf(served / "two-mib.gguf", tensor_floats=512 * 1024))
-    (served / "notes.gguf").write_text("shopping list\n" * 1000)
-    server.add_file(REPO, "notes.gguf", served / "notes.gguf")
-    server.add_file(REPO, "huge-string.gguf", huge_string_gguf(served / "huge-string.gguf", 3 * MiB, 4 * MiB))
-    sparse = served / "sparse.gguf"
-    with sparse.open("wb") as f:
-        f.truncate(4 << 30)  # 4 GiB of holes: no disk used
-    server.add_file(REPO, "sparse.gguf", sparse, sha256=FAKE_SHA)
-    hf_home = tmp_path / "hf-home"
-    hf_home.mkdir()
-    with server:
-        point_huggingface_hub_at(server.url, hf_home, monkeypatch)
+def small_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    with serve_small_files(tmp_path, monkeypatch) as server:
         yield server
 
 
@@ -85,14 +57,14 @@ def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
 # --- remote header reads: bounded in bytes, requests and time ----------------------------------------
 
 
-def test_a_huge_read_is_fetched_in_bounded_ranges(hub):
-    size = hub.files[(REPO, "huge-string.gguf")].size
+def test_a_huge_read_is_fetched_in_bounded_ranges(small_hub):
+    size = small_hub.files[(REPO, "huge-string.gguf")].size
     reader = RangeReader(url("huge-string.gguf"), size=size)
 
     got = reader.read(1 << 30)  # what a header claiming a 1 GB string asks for
 
     assert 0 < len(got) <= MAX_CHUNK
-    assert len(hub.requests) == 1 and span(hub.requests[0].range) <= MAX_CHUNK  # one bounded GET, not 1 GB
+    assert len(small_hub.requests) == 1 and span(small_hub.requests[0].range) <= MAX_CHUNK  # one bounded GET, not 1 GB
 
 
 def span(range_header: str) -> int:
@@ -100,14 +72,14 @@ def span(range_header: str) -> int:
     return int(last) - int(first) + 1
 
 
-def test_a_header_needing_more_than_the_cap_stops_at_the_cap(hub):
+def test_a_header_needing_more_than_the_cap_stops_at_the_cap(small_hub):
     with pytest.raises(DownloadError) as capped:
         read_remote_header(HubFile(REPO, "huge-string.gguf"), cap_bytes=MiB)
 
     assert one_line(capped) == (f"reading the header of {REPO}/huge-string.gguf stopped after 1 MiB "
                                 "(the cap; a GGUF header is rarely over 10 MiB)")
-    assert hub.total_sent() == MiB
-    assert all(span(r.range) <= MAX_CHUNK for r in hub.gets(REPO, "huge-string.gguf"))
+    assert small_hub.total_sent() == MiB
+    assert all(span(r.range) <= MAX_CHUNK for r in small_hub.gets(REPO, "huge-string.gguf"))
 
 
 def test_the_cap_is_5_percent_of_the_file_with_a_16_mib_floor():
@@ -118,8 +90,8 @@ def test_the_cap_is_5_percent_of_the_file_with_a_16_mib_floor():
     assert header_cap(10_000 * MiB, cap=8 * MiB) == 8 * MiB  # a lower setting lowers the floor too
 
 
-def test_a_trickling_server_is_given_up_at_the_deadline(hub):
-    hub.trickle_s = 0.02  # a byte every 20 ms: never a stall, never an end
+def test_a_trickling_server_is_given_up_at_the_deadline(small_hub):
+    small_hub.trickle_s = 0.02  # a byte every 20 ms: never a stall, never an end
     start = time.monotonic()
 
     with pytest.raises(DownloadError) as slow:
@@ -129,8 +101,8 @@ def test_a_trickling_server_is_given_up_at_the_deadline(hub):
     assert time.monotonic() - start < 5  # instead of the minutes the trickle would take
 
 
-def test_a_server_that_sends_nothing_is_given_up_after_the_stall_timeout(hub):
-    hub.hold_next_get_after(0)  # headers, then silence
+def test_a_server_that_sends_nothing_is_given_up_after_the_stall_timeout(small_hub):
+    small_hub.hold_next_get_after(0)  # headers, then silence
 
     with pytest.raises(DownloadError) as stalled:
         read_remote_header(HubFile(REPO, "tiny.gguf"), stall_s=0.5)
@@ -139,19 +111,19 @@ def test_a_server_that_sends_nothing_is_given_up_after_the_stall_timeout(hub):
                                  "try again later")
 
 
-def test_a_huge_error_page_is_read_only_in_part(hub):
-    hub.error_body = 512 * MiB
+def test_a_huge_error_page_is_read_only_in_part(small_hub):
+    small_hub.error_body = 512 * MiB
 
     with pytest.raises(DownloadError) as failed:
         read_remote_header(HubFile(REPO, "tiny.gguf"))
 
     assert "HTTP 500" in one_line(failed) and "tiny.gguf" in one_line(failed)
-    assert hub.total_sent() < 64 * MiB  # 64 KiB read; the rest is what socket buffers took
+    assert small_hub.total_sent() < 64 * MiB  # 64 KiB read; the rest is what socket buffers took
 
 
-def test_a_server_ignoring_range_cannot_turn_the_check_into_a_download(hub):
-    hub.ignore_range = True
-    size = hub.files[(REPO, "huge-string.gguf")].size
+def test_a_server_ignoring_range_cannot_turn_the_check_into_a_download(small_hub):
+    small_hub.ignore_range = True
+    size = small_hub.files[(REPO, "huge-string.gguf")].size
     reader = RangeReader(url("huge-string.gguf"), size=size, first_chunk=1024)
 
     assert len(reader.read(1024)) == 1024  # the first range: the start of the file either way
@@ -162,7 +134,7 @@ def test_a_server_ignoring_range_cannot_turn_the_check_into_a_download(hub):
     assert reader.bytes_fetched == 1024
 
 
-def test_a_file_that_is_not_gguf_is_named_by_its_hub_reference(hub):
+def test_a_file_that_is_not_gguf_is_named_by_its_hub_reference(small_hub):
     with pytest.raises(GGUFError) as text:
         read_remote_header(HubFile(REPO, "notes.gguf"))
 
@@ -174,8 +146,8 @@ def test_a_file_that_is_not_gguf_is_named_by_its_hub_reference(hub):
 
 @pytest.mark.parametrize("crafted", [{"etag": "../../../../escaped"}, {"commit": "../../../escaped"},
                                      {"etag": "a" * 64 + "/../../escaped"}])
-def test_a_crafted_etag_or_commit_never_becomes_a_path(hub, cache, tmp_path, crafted):
-    hub.craft(REPO, "tiny.gguf", **crafted)
+def test_a_crafted_etag_or_commit_never_becomes_a_path(small_hub, cache, tmp_path, crafted):
+    small_hub.craft(REPO, "tiny.gguf", **crafted)
 
     with pytest.raises(DownloadError) as refused:
         download_files([HubFile(REPO, "tiny.gguf")], cache_dir=cache)
@@ -183,7 +155,7 @@ def test_a_crafted_etag_or_commit_never_becomes_a_path(hub, cache, tmp_path, cra
     message = one_line(refused)
     assert message.startswith(f"{REPO}/tiny.gguf: the hub answered an unexpected") and "refusing" in message
     assert not [p for p in tmp_path.rglob("*escaped*")]
-    assert not hub.gets(REPO, "tiny.gguf")  # refused before any byte moved
+    assert not small_hub.gets(REPO, "tiny.gguf")  # refused before any byte moved
 
 
 @pytest.mark.parametrize("repo, filename", [("test/repo", "../x.gguf"), ("test/repo", "/etc/x.gguf"),
@@ -214,27 +186,27 @@ def test_a_good_reference_parses():
 # --- downloads: stalls, ignored ranges, cancel in every state ---------------------------------------
 
 
-def test_a_stalled_download_is_asked_again_from_where_it_stopped(hub, cache):
+def test_a_stalled_download_is_asked_again_from_where_it_stopped(small_hub, cache):
     file = HubFile(REPO, "two-mib.gguf")
-    hub.hold_next_get_after(MiB)
+    small_hub.hold_next_get_after(MiB)
 
     (path,) = download_files([file], cache_dir=cache, stall_timeout_s=0.5)
 
-    held, resumed = hub.gets(REPO, "two-mib.gguf")
+    held, resumed = small_hub.gets(REPO, "two-mib.gguf")
     assert held.sent == MiB and resumed.range == f"bytes={MiB}-"
-    assert sha256_of(path) == hub.files[(REPO, "two-mib.gguf")].sha256
+    assert sha256_of(path) == small_hub.files[(REPO, "two-mib.gguf")].sha256
 
 
-def test_a_server_that_ignores_range_on_resume_restarts_the_file_cleanly(hub, cache):
-    served = hub.files[(REPO, "two-mib.gguf")]
+def test_a_server_that_ignores_range_on_resume_restarts_the_file_cleanly(small_hub, cache):
+    served = small_hub.files[(REPO, "two-mib.gguf")]
     blobs = cache / f"models--{REPO.replace('/', '--')}" / "blobs"
     blobs.mkdir(parents=True)
     (blobs / f"{served.sha256}.incomplete").write_bytes(served.path.read_bytes()[:MiB])
-    hub.ignore_range = True  # answers the resume's Range with 200 and the whole file
+    small_hub.ignore_range = True  # answers the resume's Range with 200 and the whole file
 
     (path,) = download_files([HubFile(REPO, "two-mib.gguf")], cache_dir=cache)
 
-    (get,) = hub.gets(REPO, "two-mib.gguf")
+    (get,) = small_hub.gets(REPO, "two-mib.gguf")
     assert get.range == f"bytes={MiB}-" and get.status == 200
     assert sha256_of(path) == served.sha256  # not the first MiB twice
 
@@ -262,15 +234,15 @@ def _wait_for(condition, what: str, timeout: float = 10.0) -> None:  # noqa: ANN
 
 
 @pytest.mark.parametrize("state", ["stalled GET", "stalled HEAD"])
-def test_cancel_is_seen_while_the_server_sends_nothing(hub, cache, state):
+def test_cancel_is_seen_while_the_server_sends_nothing(small_hub, cache, state):
     if state == "stalled GET":
-        hub.hold_next_get_after(0)
+        small_hub.hold_next_get_after(0)
     else:
-        hub.hold_heads()
+        small_hub.hold_heads()
     cancel = threading.Event()
     thread, raised = _download_in_thread([HubFile(REPO, "two-mib.gguf")], cache, cancel)
     if state == "stalled GET":
-        _wait_for(lambda: hub.gets(REPO, "two-mib.gguf"), "the GET reached the server")
+        _wait_for(lambda: small_hub.gets(REPO, "two-mib.gguf"), "the GET reached the server")
     time.sleep(0.3)  # well into the silence (a held HEAD is not logged until it is answered)
 
     cancel.set()
@@ -280,8 +252,8 @@ def test_cancel_is_seen_while_the_server_sends_nothing(hub, cache, state):
     assert len(raised) == 1 and isinstance(raised[0], DownloadCancelled), raised
 
 
-def test_cancel_is_seen_while_a_large_file_is_hashed(hub, cache):
-    served = hub.files[(REPO, "sparse.gguf")]
+def test_cancel_is_seen_while_a_large_file_is_hashed(small_hub, cache):
+    served = small_hub.files[(REPO, "sparse.gguf")]
     blobs = cache / f"models--{REPO.replace('/', '--')}" / "blobs"
     blobs.mkdir(parents=True)
     partial = blobs / f"{FAKE_SHA}.incomplete"
@@ -298,4 +270,4 @@ def test_cancel_is_seen_while_a_large_file_is_hashed(hub, cache):
     assert not thread.is_alive(), "cancel not seen within 2 s while hashing"
     assert isinstance(raised[0], DownloadCancelled)
     assert partial.stat().st_size == served.size  # kept: the next call verifies it again, no transfer
-    assert not hub.gets(REPO, "sparse.gguf")
+    assert not small_hub.gets(REPO, "sparse.gguf")

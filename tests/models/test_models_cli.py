@@ -1,4 +1,9 @@
-"""``specchat models ...`` as a user runs it: against the local hub, on real and broken files."""
+"""``specchat models ...`` as a user runs it: against the local hub, on real and broken files.
+
+Tests that use a real model (directly or through the ``hub`` fixture) are marked
+real_models by tests/conftest.py; the user-catalog and hostile-reference tests use small
+generated files and a local hub of their own (``small_hub``), so they run in the fast tier.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from hub_server import REPO, HubServer, serve_small_files
 
-pytestmark = pytest.mark.real_models
+from specchat.models.catalog import CatalogModel, add_user_pair, load_catalog
 
 
 def specchat(*args, env=None) -> subprocess.CompletedProcess:
@@ -112,3 +122,175 @@ def test_after_pulling_a_catalog_pair_chat_needs_no_flag(hub, tmp_path):
         assert proc.returncode == 0, proc.stderr
         stats = proc.stdout.strip().splitlines()[-1]
         assert stats.startswith("-- ") and "draft accepted" in stats  # the pair's draft was loaded
+
+
+# --- the fast tier: the user catalog, hostile references, a pulled file that is not a model ------------
+
+SHIPPED = "qwen2.5-coder-1.5b"  # a shipped pair every listing must show
+
+
+@pytest.fixture
+def small_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    with serve_small_files(tmp_path, monkeypatch) as server:
+        yield server
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    return tmp_path / "profile"
+
+
+def models(profile: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specchat", "--profile", str(profile), "models", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+
+
+def catalog_file(profile: Path) -> Path:
+    from specchat.profile import Profile
+
+    return Profile.at(profile).user_catalog
+
+
+def listed_ids(proc: subprocess.CompletedProcess) -> set[str]:
+    assert proc.returncode == 0, proc.stderr
+    return {p["id"] for p in json.loads(proc.stdout)["pairs"]}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("x", "--target", "/etc/passwd.gguf"), "expected owner/repo/file.gguf"),
+    (("x", "--target", "owner/repo/../../x.gguf"), "expected owner/repo/file.gguf"),
+    (("x", "--target", "a/b/m.gguf", "--draft", "..\\a\\m.gguf"), "expected owner/repo/file.gguf"),
+    (("x", "--target", "a/b/m.gguf", "--name", "two\nlines"), "one line of printable text"),
+    (("x", "--target", "a/b/m.gguf", "--name", "bell\a"), "one line of printable text"),
+    (("bad id!", "--target", "a/b/m.gguf"), "is not a pair id"),
+    (("x", "--target", "a/b/m.gguf", "--task", "chat\n[[pair]]"), "is not a task tag"),
+])
+def test_add_refuses_paths_ids_and_control_characters_in_one_line(profile, args, needle):
+    proc = models(profile, "add", *args)
+
+    one_line_error(proc, 2, needle)
+    assert not catalog_file(profile).exists()
+
+
+def test_a_name_with_quotes_and_backslashes_reads_back_exactly(profile):
+    name = 'My "best" pair \\ C:\\models \\u0041 # not a comment'
+    assert models(profile, "add", "mine", "--target", "a/b/t.gguf", "--draft", "a/c/d.gguf",
+                  "--name", name).returncode == 0
+
+    (mine,) = [p for p in load_catalog(catalog_file(profile)) if p.id == "mine"]
+    assert mine.name == name and mine.target == CatalogModel("a/b", "t.gguf")
+    assert mine.drafts == (CatalogModel("a/c", "d.gguf"),)
+    assert "mine" in listed_ids(models(profile, "list", "--json"))
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"[[pair]\nid = 'x'\n", "not valid TOML"),
+    (b"\xff\xfe[[pair]]\n", "not valid UTF-8"),
+])
+def test_list_shows_the_shipped_pairs_beside_a_damaged_user_catalog(profile, content, problem):
+    path = catalog_file(profile)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+
+    proc = models(profile, "list", "--json")
+
+    assert SHIPPED in listed_ids(proc)
+    warnings = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1 and str(path) in warnings[0] and problem in warnings[0]
+    assert path.read_bytes() == content  # a listing never touches the file
+
+
+GOOD = """[[model]]
+id = "good"
+repo = "a/b"
+file = "m.gguf"
+"""
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ('[[pair]]\nid = "p"\nname = 3\ntarget = { repo = "a/b", file = "t.gguf" }\n', "'name' must be text"),
+    ('[[pair]]\nid = "p"\ntarget = { repo = "a/b", file = "t.gguf" }\ndrafts = "x"\n', "'drafts' must be a list"),
+    ('[[pair]]\nid = "p"\ntarget = 5\n', "needs 'repo' and 'file'"),
+    ('[[pair]]\nid = "p"\ndraft_max = "a"\ntarget = { repo = "a/b", file = "t.gguf" }\n', "'draft_max'"),
+    ('[[pair]]\nid = "p"\ntarget = { repo = "a/b", file = "t.gguf", size = "big" }\n', "'size' of t.gguf"),
+    ('[[pair]]\nid = "p"\ntarget = { repo = "a/b", file = "../../t.gguf" }\n', "not a file name in a hub"),
+    ('[[pair]]\nid = "p"\ntarget = { repo = "/etc", file = "passwd" }\n', "not a hub repository"),
+    ('[[pair]]\nid = 7\ntarget = { repo = "a/b", file = "t.gguf" }\n', "'id' must be text"),
+    ('[[model]]\nid = "p"\nrepo = "a/b"\nfile = "t.gguf"\nname = "x\\ny"\n', "one line of printable text"),
+    ('pair = "not tables"\n', "'pair' must be a list of tables"),
+])
+def test_a_wrongly_typed_or_hostile_entry_is_named_and_the_rest_still_lists(profile, entry, needle):
+    path = catalog_file(profile)
+    path.parent.mkdir(parents=True)
+    path.write_text(entry + "\n" + GOOD)
+
+    proc = models(profile, "list", "--json")
+
+    assert {SHIPPED, "good"} <= listed_ids(proc) and "p" not in listed_ids(proc)
+    (warning,) = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert str(path) in warning and needle in warning, warning
+    # using the bad entry is refused in one line, naming the file
+    one_line_error(models(profile, "pull", "p"), 2, str(path))
+
+
+def test_add_moves_a_damaged_catalog_aside_and_starts_a_fresh_one(profile):
+    path = catalog_file(profile)
+    path.parent.mkdir(parents=True)
+    damaged = b"[[pair]\nid = 'mine, half-edited\n"
+    path.write_bytes(damaged)
+
+    proc = models(profile, "add", "fresh", "--target", "a/b/m.gguf")
+
+    assert proc.returncode == 0, proc.stderr
+    (moved,) = path.parent.glob("catalog.toml.corrupt-*")
+    assert moved.read_bytes() == damaged  # the user's file is kept, never overwritten
+    assert moved.name in proc.stderr and "moved it aside" in proc.stderr
+    assert [p["id"] for p in tomllib.loads(path.read_text())["model"]] == ["fresh"]
+    assert "fresh" in listed_ids(models(profile, "list", "--json"))
+
+
+def test_concurrent_adds_all_land(profile):
+    path = catalog_file(profile)
+    errors: list[BaseException] = []
+
+    def add(i: int) -> None:
+        try:
+            add_user_pair(f"pair-{i}", CatalogModel("a/b", f"m{i}.gguf"), [], user_file=path)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert not errors
+    assert {p.id for p in load_catalog(path) if p.user} == {f"pair-{i}" for i in range(8)}
+
+
+def test_pull_of_a_local_path_is_refused_before_any_request(profile, small_hub, tmp_path):
+    local = tmp_path / "owner" / "repo" / "model.gguf"
+    local.parent.mkdir(parents=True)
+    local.write_bytes(b"GGUF")
+
+    for ref in (str(local), "owner/repo/../../model.gguf", "~/model.gguf"):
+        one_line_error(models(profile, "pull", ref), 2, "expected owner/repo/file.gguf")
+    assert not small_hub.requests
+
+
+def test_pull_of_a_file_that_is_not_gguf_names_it_as_the_user_does(profile, small_hub):
+    proc = models(profile, "pull", f"{REPO}/notes.gguf")
+
+    one_line_error(proc, 2, f"{REPO}/notes.gguf:", "not a GGUF file")
+    sha = small_hub.files[(REPO, "notes.gguf")].sha256
+    assert sha not in proc.stderr.splitlines()[-1].split("(downloaded to")[0]  # named by its hub name, not the blob
+    assert json.loads(models(profile, "list", "--json").stdout)["installed"] == []
+
+
+def test_pull_of_a_small_model_registers_it(profile, small_hub):
+    proc = models(profile, "pull", f"{REPO}/tiny.gguf")
+
+    assert proc.returncode == 0, proc.stderr
+    installed = json.loads(models(profile, "list", "--json").stdout)["installed"]
+    assert [m["source"] for m in installed] == [f"{REPO}/tiny.gguf"]
