@@ -1,6 +1,8 @@
 """Chat formatting uses the model's own template and passes the reasoning switch through."""
 
-from specchat.engine.chat import ChatFormat
+import pytest
+
+from specchat.engine.chat import ChatFormat, TemplateError
 
 # the shape of Qwen3's template: a generation prompt that closes an empty think block when thinking is off
 QWEN3_LIKE = (
@@ -35,10 +37,13 @@ def test_missing_template_falls_back_to_chatml():
 
 
 def test_sandboxed_template_cannot_reach_python_internals():
-    fmt = ChatFormat("{{ messages.__class__.__mro__ }}", "", "")
-    try:
-        out = fmt.render([{"role": "user", "content": "x"}])
-    except Exception as exc:  # jinja2's SecurityError
-        assert "unsafe" in str(exc).lower() or "security" in type(exc).__name__.lower()
-    else:
-        assert "object" not in out
+    fmt = ChatFormat("{{ messages.__class__.__mro__ }}", "", "", name="m.gguf")
+    with pytest.raises(TemplateError, match=r"^m.gguf: its chat template failed: access to attribute '__class__'"):
+        fmt.render([{"role": "user", "content": "x"}])
+
+
+def test_a_template_that_does_not_compile_refuses_the_model():
+    """Refused, not replaced by ChatML: the model would be prompted in a format it was not
+    trained on and answer badly with no sign why."""
+    with pytest.raises(TemplateError, match=r"^m.gguf: its chat template failed: .*\(line 1\)$"):
+        ChatFormat("{% if %}", "", "", name="m.gguf")
