@@ -194,6 +194,30 @@ def test_a_real_load_closes_the_target_when_the_template_fails(monkeypatch, tmp_
     assert [m.closes for m in made] == [1] and calibrated == []
 
 
+@pytest.mark.parametrize("fails_at", ["draft", "calibration", "cancelled calibration"])
+def test_every_failed_load_closes_what_it_loaded(monkeypatch, tmp_path, fails_at):
+    import specchat.engine.pair as pair_module
+    from specchat.engine.runtime import LlamaError
+
+    made: list[ClosingFake] = []
+
+    def fake_load(path, options=None, **_):
+        if fails_at == "draft" and made:
+            raise LlamaError("d.gguf: llama.cpp could not load the model")
+        made.append(ClosingFake(Path(path), None))
+        return made[-1]
+
+    def fake_calibrate(*_):
+        raise LoadCancelled("loading was cancelled") if "cancelled" in fails_at else LlamaError("decode failed")
+
+    monkeypatch.setattr(pair_module, "LoadedModel", fake_load)
+    monkeypatch.setattr(pair_module, "calibrate", fake_calibrate)
+    monkeypatch.setattr(pair_module, "check_pair", lambda *_: type("Ok", (), {"__bool__": lambda s: True})())
+    with pytest.raises(LoadCancelled if "cancelled" in fails_at else LlamaError):
+        SpeculativePair(PairConfig(tmp_path / "t.gguf", tmp_path / "d.gguf"))
+    assert made and all(m.closes == 1 for m in made)
+
+
 def test_a_loaded_model_dropped_unclosed_is_freed_by_its_finalizer(monkeypatch):
     freed = []
     handles = __import__("specchat.engine.runtime", fromlist=["_Handles"])._Handles

@@ -134,8 +134,10 @@ class GenerationWorker(QObject):
         except LlamaError as exc:
             self.pairFailed.emit(str(exc))
             return
-        except Exception as exc:  # never kill the app: report it
-            self.pairFailed.emit(f"could not load the models: {exc}")
+        except Exception as exc:  # never kill the app: report it (a bug: the traceback to the terminal)
+            traceback.print_exception(exc)
+            exc.__traceback__ = None  # its frames hold what the load made
+            self.pairFailed.emit(f"could not load the models: {one_line(str(exc)) or type(exc).__name__}")
             return
         self._pair = pair
         if cancel.cancelled:  # given up while the last step ran: never report a superseded pair
