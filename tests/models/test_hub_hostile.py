@@ -271,3 +271,27 @@ def test_cancel_is_seen_while_a_large_file_is_hashed(small_hub, cache):
     assert isinstance(raised[0], DownloadCancelled)
     assert partial.stat().st_size == served.size  # kept: the next call verifies it again, no transfer
     assert not small_hub.gets(REPO, "sparse.gguf")
+
+
+def test_cancel_is_seen_while_another_process_holds_the_blob_lock(small_hub, cache):
+    import filelock
+
+    sha = small_hub.files[(REPO, "two-mib.gguf")].sha256
+    lock_path = cache / ".locks" / f"models--{REPO.replace('/', '--')}" / f"{sha}.lock"
+    lock_path.parent.mkdir(parents=True)
+    other = filelock.FileLock(str(lock_path))  # another download of the same blob (the hf CLI, a second window)
+    other.acquire()
+    try:
+        cancel = threading.Event()
+        thread, raised = _download_in_thread([HubFile(REPO, "two-mib.gguf")], cache, cancel)
+        _wait_for(lambda: any(r.method == "HEAD" for r in small_hub.requests), "the HEAD was answered")
+        time.sleep(0.5)  # waiting for the lock now
+
+        cancel.set()
+        thread.join(timeout=2)
+    finally:
+        other.release()
+
+    assert not thread.is_alive(), "cancel not seen within 2 s while waiting for the lock"
+    assert isinstance(raised[0], DownloadCancelled)
+    assert not small_hub.gets(REPO, "two-mib.gguf")
