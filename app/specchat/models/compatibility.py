@@ -51,7 +51,7 @@ class TokenizerInfo:
 def _first_difference(a: Sequence[str], b: Sequence[str], start: int, stop: int) -> int | None:
     """The first id in ``start..stop-1`` whose token text differs, or None."""
     if isinstance(a, StringArray) and isinstance(b, StringArray):
-        return a.first_difference(b, start, stop)  # raw bytes: 151,936 Qwen tokens in about a millisecond
+        return a.first_difference(b, start, stop)  # raw bytes: the 151,936 Qwen tokens in 4 ms
     return next((i for i in range(start, stop) if a[i] != b[i]), None)
 
 
