@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,23 @@ def test_commands_on_a_damaged_registry_move_it_aside_and_say_so_in_one_line(tmp
     assert aside.read_bytes() == damaged
     expected = {ggufs[1].resolve()} | ({ggufs[0].resolve()} if "import" in args else set())
     assert {Path(m.path) for m in Registry(registry).models()} == expected
+
+
+def test_a_path_no_file_can_have_is_one_line_not_a_crash(tmp_path, ggufs):
+    reg = Registry(tmp_path / "registry.json")
+    for call in (lambda: reg.add("/m/a\0b.gguf"), lambda: reg.set_last_pair("/m/a\0b.gguf", None),
+                 lambda: reg.remove("/m/a\0b.gguf"), lambda: reg.compatibility(ggufs[0], "/m/a\0b.gguf")):
+        with pytest.raises(RegistryError, match="not a usable file path"):
+            call()
+    assert not (tmp_path / "registry.json").exists()
+
+
+@pytest.mark.parametrize("hostile", [b'"' + b"a" * (8 << 20), b'"/x.gguf": {' * (700_000), b"[" * (8 << 20)])
+def test_salvaging_a_hostile_registry_of_the_largest_size_finishes(tmp_path, hostile, caplog):
+    """A backtracking scan took 96 s on one quote and 32 MiB; this one is linear."""
+    path = tmp_path / "registry.json"
+    path.write_bytes(hostile)
+    t0 = time.monotonic()
+    assert Registry(path).models() == []
+    assert time.monotonic() - t0 < 60  # a deadline, not a speed figure: it must not hang
+    assert len(list(tmp_path.glob("registry.json.corrupt-*"))) == 1

@@ -39,9 +39,9 @@ from .gguf_header import GGUFError, validate_file
 
 REGISTRY_VERSION = 1
 LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
-# A record is ~300 bytes: 32 MiB is ~100,000 models.  A larger file is damaged, and
-# is never read whole into memory.
-MAX_REGISTRY_BYTES = 32 << 20
+# A record is ~300 bytes: 8 MiB is ~25,000 models.  A larger file is damaged, and is never
+# read whole into memory; salvaging a hostile one this size takes ~4 s (once: then it is aside).
+MAX_REGISTRY_BYTES = 8 << 20
 
 
 class RegistryError(UserError):
@@ -191,7 +191,14 @@ def _parse(raw: bytes) -> tuple[object, str | None]:
 
 # -- saving what a damaged file still says -------------------------------------------------
 
-_STRING = r'"((?:[^"\\]|\\.)*)"'
+# What salvage() looks for in any text, in one linear scan: a "path" or "source" field, a
+# key opening an object, a brace; any other string is matched only to skip the braces in
+# it.  A string has no raw newline (json.dumps escapes them, so a broken one ends with its
+# line) and is bounded (a path is < 4096 bytes) and possessive: a backtracking pattern took
+# 96 s on one quote followed by 32 MiB.
+_STR = r'"((?:[^"\\\n]|\\.){0,8192}+)"'
+_SCAN = re.compile(rf'"(?P<field>path|source)"\s*+:\s*+{_STR.replace("(", "(?P<value>", 1)}'
+                   rf'|{_STR.replace("(", "(?P<key>", 1)}\s*+:\s*+\{{|(?P<brace>[{{}}])|{_STR}')
 
 
 def _json_string(body: str) -> str | None:
@@ -213,16 +220,24 @@ def salvage(raw: bytes) -> tuple[list[tuple[str, str]], dict | None]:
     """
     text = raw.decode("utf-8", errors="replace")
     found: dict[str, str] = {}
-    for stretch in re.split(r"[{}]", text):
-        fields_here = dict(re.findall(rf"{_STRING}\s*:\s*{_STRING}", stretch))
-        path = _json_string(fields_here.get("path", ""))
+    record: dict[str, str] = {}
+
+    def close_record() -> None:
+        path = _json_string(record.get("path", ""))
         if path and _is_path(path):
-            source = _json_string(fields_here.get("source", "")) or ""
-            found[path] = source or found.get(path, "")
-        key = re.search(rf"{_STRING}\s*:\s*$", stretch)  # '"/m/x.gguf": {' : the key of the next record
-        key_path = _json_string(key.group(1)) if key else None
-        if key_path and _is_path(key_path) and key_path.lower().endswith(".gguf"):
-            found.setdefault(key_path, "")
+            found[path] = _json_string(record.get("source", "")) or found.get(path, "")
+        record.clear()
+
+    for m in _SCAN.finditer(text):
+        what = m.lastgroup
+        if what == "value":
+            record[m["field"]] = m["value"]
+        elif what == "key" or what == "brace":
+            close_record()
+            key = _json_string(m["key"]) if what == "key" else None
+            if key and _is_path(key) and key.lower().endswith(".gguf"):
+                found.setdefault(key, "")  # '"/m/x.gguf": {': the key of the record that follows
+    close_record()
     last = None
     doc, _ = _parse(raw)
     if isinstance(doc, dict) and _last_pair_error(doc.get("last_pair")) is None and doc.get("last_pair"):
@@ -234,12 +249,19 @@ def _record(path: Path, *, source: str, added: float) -> dict:
     """A model's record, read from the file now: GGUFError for a bad file, OSError when unreadable."""
     header = validate_file(path)
     st = path.stat()
-    tokens = header.get("tokenizer.ggml.tokens")
     return asdict(InstalledModel(
         path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
-        name=str(header.get("general.name", path.stem)), architecture=header.architecture,
-        n_vocab=len(tokens) if isinstance(tokens, list) else 0, source=source, added=added,
+        name=header.get_str("general.name", path.stem), architecture=header.architecture,
+        n_vocab=len(header.get_tokens()), source=source, added=added,
     ))
+
+
+def _resolved(path: str | Path) -> str:
+    """The absolute path a record is kept under; RegistryError for one no file can have."""
+    try:
+        return str(Path(path).resolve())
+    except (ValueError, OSError, RuntimeError) as exc:  # ValueError: a NUL byte; a symlink loop: RuntimeError (3.11, 3.12) or OSError
+        raise RegistryError(f"{str(path)!r}: not a usable file path ({exc})") from None
 
 
 def _model(record: dict) -> InstalledModel:
@@ -374,7 +396,7 @@ class Registry:
 
         GGUFError for a bad file (nothing recorded), RegistryError for a registry that cannot be used.
         """
-        path = Path(path).resolve()
+        path = Path(_resolved(path))
         try:
             record = _record(path, source=source, added=time.time())
         except OSError as exc:
@@ -394,7 +416,7 @@ class Registry:
         return [_model(m) for m in self._doc.get("models", {}).values()]
 
     def remove(self, path: str | Path) -> None:
-        key = str(Path(path).resolve())
+        key = _resolved(path)
 
         def change(doc: dict) -> None:
             doc["models"].pop(key, None)
@@ -463,7 +485,7 @@ class Registry:
         return Path(last["target"]), (Path(last["draft"]) if last.get("draft") else None)
 
     def set_last_pair(self, target: str | Path, draft: str | Path | None) -> None:
-        record = {"target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()) if draft else None}
+        record = {"target": _resolved(target), "draft": _resolved(draft) if draft else None}
         self._refresh()
         if self._doc.get("last_pair") == record:
             return
@@ -488,7 +510,7 @@ class Registry:
 
     def compatibility(self, target: str | Path, draft: str | Path) -> PairCompatibility:
         """The cached verdict while both files are unchanged; otherwise checked again (and cached)."""
-        t, d = str(Path(target).resolve()), str(Path(draft).resolve())
+        t, d = _resolved(target), _resolved(draft)
         key = f"{t}\n{d}"
         self._refresh()
         cached = self._doc.get("pairs", {}).get(key)
@@ -508,7 +530,7 @@ class Registry:
 
     def drafts_for(self, target: str | Path) -> list[tuple[InstalledModel, PairCompatibility]]:
         """Every other installed model with its verdict as a draft for ``target`` (the UI lists both kinds)."""
-        t = str(Path(target).resolve())
+        t = _resolved(target)
         out = []
         for m in self.models():
             if m.path != t and m.is_current():
