@@ -111,6 +111,17 @@ def test_a_server_that_sends_nothing_is_given_up_after_the_stall_timeout(small_h
                                  "try again later")
 
 
+def test_a_hub_that_never_answers_the_head_is_given_up_at_the_deadline(small_hub):
+    small_hub.hold_heads()
+    start = time.monotonic()
+
+    with pytest.raises(DownloadError) as silent:
+        read_remote_header(HubFile(REPO, "tiny.gguf"), deadline_s=0.5, stall_s=30)
+
+    assert one_line(silent) == f"{REPO}/tiny.gguf: the hub did not answer within 0.5 s; try again"
+    assert time.monotonic() - start < 5  # not the 30 s read timeout
+
+
 def test_a_huge_error_page_is_read_only_in_part(small_hub):
     small_hub.error_body = 512 * MiB
 

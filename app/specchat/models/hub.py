@@ -231,11 +231,17 @@ class _Cancel:
             time.sleep(min(POLL_S, left))
 
 
-def _in_background(call: Callable[[], _T], cancel: _Cancel, deadline_s: float, what: str) -> _T:
-    """``call()`` in a daemon thread; the caller polls the cancel flag and the deadline meanwhile.
-
-    On cancel or deadline the thread is left to end on its own timeouts (it holds no file).
+def in_background(call: Callable[[], _T], should_cancel: Callable[[], bool] | None, deadline_s: float,
+                  what: str) -> _T:
+    """``call()`` (a blocking hub request) in a daemon thread, while the caller polls
+    ``should_cancel`` (DownloadCancelled) and the deadline (DownloadError naming ``what``)
+    every POLL_S.  What ``call`` raises is raised here.  On cancel or deadline the thread
+    is left to end on its own timeouts (it must hold no file).
     """
+    return _in_background(call, _Cancel(should_cancel), deadline_s, what)
+
+
+def _in_background(call: Callable[[], _T], cancel: _Cancel, deadline_s: float, what: str) -> _T:
     box: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=1)
 
     def run() -> None:

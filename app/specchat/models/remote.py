@@ -42,7 +42,15 @@ from huggingface_hub.utils import get_session
 
 from .compatibility import PairCompatibility, TokenizerInfo, check_tokenizers
 from .gguf_header import GGUFError, GGUFHeader, read_header
-from .hub import HUB_ERRORS, DownloadError, HubFile, download_headers, hub_error, raise_for_error_status
+from .hub import (
+    HUB_ERRORS,
+    DownloadError,
+    HubFile,
+    download_headers,
+    hub_error,
+    in_background,
+    raise_for_error_status,
+)
 
 FIRST_CHUNK = 1 << 20
 MAX_CHUNK = 8 << 20
@@ -200,7 +208,9 @@ def read_remote_header(
     url = hf_hub_url(file.repo_id, file.filename, revision=file.revision)
     stall = float(stall_s if stall_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
     try:
-        meta = get_hf_file_metadata(url, token=token, timeout=stall)
+        # the HEAD too is bounded in wall time (its read timeout alone lets a trickled answer run on)
+        meta = in_background(lambda: get_hf_file_metadata(url, token=token, timeout=stall), None, deadline_s,
+                             file.ref)
         headers = download_headers(url, meta.location, token)
         reader = RangeReader(meta.location, size=meta.size, headers=headers, max_bytes=header_cap(meta.size, cap_bytes),
                              deadline_s=deadline_s, stall_s=stall, name=file.ref)
