@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import struct
 import time
 import tracemalloc
@@ -289,3 +290,18 @@ def test_typed_accessors():
                         (lambda: accessor_header(**{"tokenizer.ggml.tokens": 5}).get_tokens(), "array of strings")]:
         with pytest.raises(GGUFError, match=match):
             call()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_device_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GGUFError, match="not a regular file"):
+        validate_file(fifo)  # opening it would wait for a writer forever
+    with pytest.raises(GGUFError, match="is a directory"):
+        validate_file(tmp_path)
+
+
+def test_an_overlong_architecture_name_reads_as_unknown():
+    h = GGUFHeader(3, {"general.architecture": "x" * 10_000, ("x" * 10_000) + ".block_count": "a"})
+    assert h.architecture == "unknown" and h.arch_int("block_count", 7) == 7

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
@@ -65,7 +66,9 @@ from specchat.errors import UserError
 # metadata arrays we never need (the merges are 151,387 strings in the Qwen files): walked, not kept
 SKIPPED_ARRAYS = frozenset({"tokenizer.ggml.merges"})
 
-MAX_HEADER_BYTES = 256 << 20  # the real headers here are 1.8 to 6.5 MB
+# the real headers here are 1.8 to 6.5 MB (Gemma 3's 262,144 tokens); reading one costs up to
+# about 3 times its size in memory (buffer, blob, offsets), so this also bounds that
+MAX_HEADER_BYTES = 128 << 20
 MAX_KEY_BYTES = 64 << 10
 MAX_STRING_BYTES = 16 << 20
 MAX_TENSOR_NAME_BYTES = 63  # GGML_MAX_NAME (64) with its terminating NUL
@@ -75,6 +78,7 @@ MAX_TENSORS = 1 << 16  # real files have hundreds; large MoE models a few thousa
 MAX_ALIGNMENT = 1 << 20
 MAX_DIMS = 4  # GGML_MAX_DIMS
 DEFAULT_ALIGNMENT = 32
+MAX_ARCH_NAME = 64
 INT64_MAX = (1 << 63) - 1
 ALIGNMENT_KEY = "general.alignment"
 TOKENS_KEY = "tokenizer.ggml.tokens"
@@ -304,8 +308,10 @@ class GGUFHeader:
 
     @property
     def architecture(self) -> str:
+        """``general.architecture``, or "unknown" when absent or not a short name (llama.cpp
+        knows architectures by names of a few letters; the name prefixes the keys looked up)."""
         arch = self.metadata.get("general.architecture")
-        return arch if isinstance(arch, str) and arch else "unknown"
+        return arch if isinstance(arch, str) and 0 < len(arch) <= MAX_ARCH_NAME else "unknown"
 
     def arch_get(self, key: str, default: object = None) -> object:
         return self.metadata.get(f"{self.architecture}.{key}", default)
@@ -314,7 +320,7 @@ class GGUFHeader:
 
     def _bad(self, key: str, value: object, expected: str) -> GGUFError:
         where = f"{self.source}: " if self.source else ""
-        return GGUFError(f"{where}{key} is {_show(value)}, expected {expected}")
+        return GGUFError(f"{where}{key:.100} is {_show(value)}, expected {expected}")
 
     @overload
     def get_int(self, key: str, default: int, *, lo: int = ..., hi: int = ...) -> int: ...
@@ -682,27 +688,38 @@ def read_header(raw: ByteSource, *, size: int | None = None, source: str = "") -
 
 def read_file_header(path: str | Path) -> GGUFHeader:
     path = Path(path)
+    mode = _stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise GGUFError(f"{path}: is a directory")
+    if not stat.S_ISREG(mode):  # opening a FIFO would wait for a writer forever
+        raise GGUFError(f"{path}: not a regular file")
     try:
         with path.open("rb") as f:
             return read_header(f, size=os.fstat(f.fileno()).st_size, source=path.name)
-    except FileNotFoundError:
-        raise GGUFError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise GGUFError(f"{path}: is a directory") from None
     except GGUFError as exc:
         raise GGUFError(f"{path.name}: {exc}") from None
     except OSError as exc:
-        raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise _os_error(path, exc) from None
+
+
+def _stat(path: Path) -> os.stat_result:
+    try:
+        return path.stat()
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+def _os_error(path: Path, exc: OSError) -> GGUFError:
+    if isinstance(exc, FileNotFoundError):
+        return GGUFError(f"{path}: no such file")
+    return GGUFError(f"{path}: cannot read ({exc.strerror or exc})")
 
 
 def validate_file(path: str | Path) -> GGUFHeader:
     """Header readable and all tensor data present; raises GGUFError with one line otherwise."""
     path = Path(path)
     header = read_file_header(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    size = _stat(path).st_size
     if size < header.expected_file_size:
         raise GGUFError(
             f"{path.name}: truncated: {size:,} bytes on disk, the header needs {header.expected_file_size:,}"
