@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE
 
+from specchat.engine.chat import ChatFormat
 from specchat.engine.controller import CostModel
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
@@ -218,3 +220,22 @@ class FakePairFactory:
 
 def fake_pair_factory(spec: FakeSpec = FakeSpec()) -> Callable[[PairConfig, CancelToken], SpeculativePair]:
     return FakePairFactory(spec)
+
+
+# A chat template that loops (nested range() loops: only the render deadline or a cancel ends it).
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+# ChatML (which the fake model speaks), but from the second user turn on it loops
+SLOW_LATER = "{% if messages|length > 2 %}" + LOOPS + "{% endif %}" + CHATML_CHAT_TEMPLATE
+
+
+class TemplateFactory(FakePairFactory):
+    """The fake pair with a chat template of the test's choosing."""
+
+    def __init__(self, template: str, spec: FakeSpec | None = None) -> None:
+        super().__init__(spec or FakeSpec())
+        self.template = template
+
+    def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
+        pair = super().__call__(config, cancel)
+        pair.chat_format = ChatFormat(self.template, "", "<|im_end|>", name=config.target.name)
+        return pair

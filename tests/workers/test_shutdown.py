@@ -8,21 +8,15 @@ from pathlib import Path
 
 import pytest
 from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE
-from tests.ui.app_driver import FakeApp, send, wait_idle
 
-from fakes import FakePairFactory, FakeSpec
+from fakes import LOOPS, FakePairFactory, FakeSpec, TemplateFactory
 from specchat.engine import Done, Error, StopReason, TokensEmitted, chat
-from specchat.engine.chat import ChatFormat
-from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
-from specchat.profile import Profile
+from specchat.engine.pair import PairConfig
 from specchat.store import ChatSettings, open_store
 from specchat.workers.answers import AnswerService
 from specchat.workers.generation import GenerationService
 
 CLOSE_S = 2.0  # the promise: the app's close returns within 2 s in every state
-LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-# ChatML (which the fake model speaks), but from the second user turn on it loops
-SLOW_LATER = "{% if messages|length > 2 %}" + LOOPS + "{% endif %}" + CHATML_CHAT_TEMPLATE
 MSGS = ({"role": "user", "content": "hello"},)
 
 
@@ -30,19 +24,6 @@ MSGS = ({"role": "user", "content": "hello"},)
 def _no_render_deadline(monkeypatch):
     """The render deadline (2 s) would end a looping template by itself: only a cancel may here."""
     monkeypatch.setattr(chat, "RENDER_SECONDS", 600.0)
-
-
-class TemplateFactory(FakePairFactory):
-    """The fake pair with a chat template of the test's choosing."""
-
-    def __init__(self, template: str, spec: FakeSpec | None = None) -> None:
-        super().__init__(spec or FakeSpec())
-        self.template = template
-
-    def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
-        pair = super().__call__(config, cancel)
-        pair.chat_format = ChatFormat(self.template, "", "<|im_end|>", name=config.target.name)
-        return pair
 
 
 def loaded_service(qtbot, factory: FakePairFactory) -> GenerationService:
@@ -140,32 +121,3 @@ def test_the_answer_service_keeps_the_chat_when_closing_during_a_render(qtbot, t
     msgs = store.messages(chat_id)
     assert [(m.role, m.state) for m in msgs] == [("user", None), ("assistant", "stopped")]
     store.close()
-
-
-def test_closing_the_app_while_a_template_renders(qtbot, tmp_path):
-    """The whole app: the first answer streams, the second hangs in the template; closing the
-    window returns within 2 s and the chat keeps the first exchange and the question."""
-    app = FakeApp(tmp_path, TemplateFactory(SLOW_LATER, FakeSpec(answer_tokens=40)))
-    chat_id = app.add_chat()
-    try:
-        s = app.start(qtbot)
-        send(qtbot, s.window.pane, "First question.")
-        wait_idle(qtbot, s)
-        send(qtbot, s.window.pane, "Second question.")
-        qtbot.waitUntil(lambda: s.answers.current is not None and s.answers.current.writer is not None,
-                        timeout=5_000)
-        qtbot.wait(300)  # rendering the looping template
-        t0 = time.monotonic()
-        app.stop()
-        took = time.monotonic() - t0
-    finally:
-        app.stop()
-    assert took < CLOSE_S, f"closing took {took:.1f} s"
-    store = open_store(Profile.at(tmp_path).database)
-    try:
-        msgs = store.messages(chat_id)
-        assert [(m.role, m.state) for m in msgs] == [("user", None), ("assistant", "done"), ("user", None),
-                                                    ("assistant", "stopped")]
-        assert len(msgs[1].content) == 40 and msgs[2].content == "Second question."
-    finally:
-        store.close()
