@@ -135,6 +135,7 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     pull.add_argument("pair", help="a pair id from 'models list', or owner/repo/file.gguf")
     pull.add_argument("--draft-index", type=_int_in(0, 1000), default=0, help="which of the pair's drafts (default: first)")
     pull.add_argument("--no-check", action="store_true", help="skip the header-only compatibility check")
+    msub.add_parser("rebuild", help="validate every registered file again; drop the missing and broken ones")
     imp = msub.add_parser("import", help="validate local GGUF files and add them to the registry")
     imp.add_argument("paths", nargs="+", type=Path)
     imp.add_argument("--json", action="store_true")

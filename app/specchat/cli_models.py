@@ -150,6 +150,13 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    """Validate every file the registry lists again; drop the missing and the broken ones."""
+    report = Registry(args.profile.registry).rebuild()
+    print(f"registry rebuilt: {report.summary()}")
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     registry = Registry(args.profile.registry)
     failed = 0
@@ -234,4 +241,4 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def run_models(args: argparse.Namespace) -> int:
     return {"list": cmd_list, "pull": cmd_pull, "import": cmd_import, "check": cmd_check, "fit": cmd_fit,
-            "add": cmd_add}[args.models_command](args)
+            "add": cmd_add, "rebuild": cmd_rebuild}[args.models_command](args)

@@ -11,6 +11,10 @@ Qt-free and a leaf: it imports nothing of the app, so every layer may use it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+
 
 class UserError(Exception):
     """A problem the user can act on; ``str()`` is always one line (newlines and runs of
@@ -24,3 +28,22 @@ def one_line(text: str, limit: int = 400) -> str:
     """``text`` as one line of at most ``limit`` characters (control characters become spaces)."""
     flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@contextlib.contextmanager
+def collect_warnings() -> Iterator[list[str]]:
+    """Collect what the core logs as warnings meanwhile (logger "specchat": a damaged file moved
+    aside and rebuilt, a cache re-measured), one line each, for a caller that shows them."""
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(one_line(record.getMessage()))
+
+    log = logging.getLogger("specchat")
+    handler = Keep(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        log.removeHandler(handler)

@@ -135,13 +135,15 @@ def fit_problem(pair: PairConfig, *, free: tuple[int | None, int] | None = None)
     measured now when not given.  A file whose header cannot be read is left to the loader,
     which says what is wrong with it.
     """
-    from specchat.models.fit import estimate_files, fit_pair, free_memory
+    from specchat.models.fit import FitError, estimate_files, fit_pair, free_memory
     from specchat.models.gguf_header import GGUFError
 
     paths = [pair.target] + ([pair.draft] if pair.draft is not None else [])
     try:
         models = estimate_files(paths, n_ctx=pair.target_options.n_ctx,
                                 flash_attn=pair.target_options.flash_attn is not False)
+    except FitError as exc:  # a context length no estimate (and no model) can take
+        return str(exc)
     except (GGUFError, OSError):
         return None
     vram, ram = free if free is not None else free_memory()

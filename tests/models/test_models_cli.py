@@ -294,3 +294,24 @@ def test_pull_of_a_small_model_registers_it(profile, small_hub):
     assert proc.returncode == 0, proc.stderr
     installed = json.loads(models(profile, "list", "--json").stdout)["installed"]
     assert [m["source"] for m in installed] == [f"{REPO}/tiny.gguf"]
+
+
+def test_rebuild_drops_the_missing_and_the_broken_and_keeps_the_rest(tmp_path):
+    from gguf_samples import write_gguf
+
+    profile = tmp_path / "profile"
+    files = [write_gguf(tmp_path / f"m{i}.gguf") for i in range(3)]
+    env = os.environ.copy()
+    imported = subprocess.run([sys.executable, "-m", "specchat", "--profile", str(profile), "models", "import",
+                               *map(str, files)], capture_output=True, text=True, timeout=120, env=env)
+    assert imported.returncode == 0, imported.stderr
+    files[1].unlink()
+    files[2].write_bytes(files[2].read_bytes()[:100])  # truncated: no longer a valid GGUF file
+    done = subprocess.run([sys.executable, "-m", "specchat", "--profile", str(profile), "models", "rebuild"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "1 of 3 models kept" in done.stdout and "1 missing" in done.stdout
+    listed = json.loads(subprocess.run([sys.executable, "-m", "specchat", "--profile", str(profile), "models",
+                                        "list", "--json"], capture_output=True, text=True, timeout=120,
+                                       env=env).stdout)
+    assert [Path(m["path"]).name for m in listed["installed"]] == ["m0.gguf"]

@@ -175,7 +175,7 @@ def test_settings_are_saved_with_the_chat(qtbot, fake_app):
     assert isinstance(s.store.get_chat(a).settings, ChatSettings)
 
 
-def test_a_registry_damaged_while_the_app_runs_is_a_message_in_models_not_a_crash(qtbot, fake_app):
+def test_a_registry_damaged_while_the_app_runs_is_moved_aside_and_said_in_models(qtbot, fake_app):
     app = fake_app()
     app.add_chat()
     s = app.start(qtbot)
@@ -183,6 +183,21 @@ def test_a_registry_damaged_while_the_app_runs_is_a_message_in_models_not_a_cras
     s.profile.registry.write_text('{"models": [')
     dialog = s.window.models_dialog()
     qtbot.addWidget(dialog)
-    assert "registry.json" in dialog.message.text()
+    [moved] = s.profile.registry.parent.glob("registry.json.corrupt-*")
+    assert moved.name in dialog.message.text()
     assert dialog.installed.count() == 0
-    assert s.profile.registry.read_text() == '{"models": ['  # never rewritten
+    assert moved.read_text() == '{"models": ['  # kept aside, never rewritten
+
+
+def test_a_damaged_user_catalog_hides_only_itself_in_models(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    s.profile.user_catalog.parent.mkdir(parents=True, exist_ok=True)
+    s.profile.user_catalog.write_text('[[pair]]\nid = "mine\n')
+    dialog = s.window.models_dialog()
+    qtbot.addWidget(dialog)
+    assert dialog.pairs  # the shipped catalog is still there
+    assert len(dialog.catalog_problems) == 1 and "catalog.toml" in dialog.catalog_problems[0]
+
+

@@ -56,3 +56,17 @@ def test_ok_gives_a_new_config_and_leaves_the_old_object_alone(qtbot, tmp_path):
     dialog.fields["k_max"].setValue(4)
     dialog.save()
     assert dialog.result_config["k_max"] == 4 and config["k_max"] == 8
+
+
+def test_saving_over_a_config_damaged_on_disk_keeps_it_aside_and_says_so(qtbot, tmp_path):
+    path = tmp_path / "config.toml"
+    dialog = SettingsDialog(AppConfig(path))
+    qtbot.addWidget(dialog)
+    path.write_bytes(b"k_max = = 3\n")  # damaged by hand while the dialog was open
+    dialog.fields["k_max"].setValue(5)
+    dialog.save()
+    assert dialog.result() == SettingsDialog.DialogCode.Accepted
+    [moved] = tmp_path.glob("config.toml.corrupt-*")
+    assert moved.read_bytes() == b"k_max = = 3\n"
+    assert len(dialog.notes) == 1 and moved.name in dialog.notes[0]
+    assert AppConfig(path)["k_max"] == 5

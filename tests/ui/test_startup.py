@@ -76,13 +76,27 @@ def test_a_bad_config_file_is_named_left_unchanged_and_exits_2(tmp_path, case):
     assert not profile.database.exists()  # nothing else was touched
 
 
-def test_a_damaged_registry_is_named_left_unchanged_and_exits_2(tmp_path):
+def test_a_damaged_registry_is_moved_aside_said_once_and_the_app_starts(tmp_path):
     profile = Profile.at(tmp_path)
     profile.data_dir.mkdir(parents=True)
     profile.registry.write_bytes(b'{"models": {"x": ')
+    done = run_app_in_child(tmp_path, answer="Continue")
+    assert done.returncode == 0, done.stderr
+    assert "ASKED 1" in done.stdout  # one dialog, then the window
+    line = one_line(done.stderr)
+    [moved] = profile.data_dir.glob("registry.json.corrupt-*")
+    assert moved.name in line and moved.read_bytes() == b'{"models": {"x": '  # kept, never overwritten
+
+
+def test_a_registry_of_a_newer_specchat_is_named_left_unchanged_and_exits_2(tmp_path):
+    profile = Profile.at(tmp_path)
+    profile.data_dir.mkdir(parents=True)
+    newer = b'{"version": 99, "models": {}, "pairs": {}}'
+    profile.registry.write_bytes(newer)
     done = run_app_in_child(tmp_path)
     assert done.returncode == 2 and "registry.json" in one_line(done.stderr)
-    assert profile.registry.read_bytes() == b'{"models": {"x": '
+    assert profile.registry.read_bytes() == newer
+    assert not list(profile.data_dir.glob("registry.json.corrupt-*"))
 
 
 def test_a_corrupt_database_can_be_kept_and_quit(tmp_path):

@@ -214,7 +214,7 @@ def read_remote_header(
         headers = download_headers(url, meta.location, token)
         reader = RangeReader(meta.location, size=meta.size, headers=headers, max_bytes=header_cap(meta.size, cap_bytes),
                              deadline_s=deadline_s, stall_s=stall, name=file.ref)
-        header = read_header(reader)
+        header = read_header(reader, size=meta.size, source=file.ref)
     except GGUFError as exc:
         raise GGUFError(f"{file.ref}: {exc}") from None
     except HUB_ERRORS as exc:

@@ -13,13 +13,12 @@ Nothing before step 3 starts a thread, so no error path can end in Qt's
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specchat.errors import one_line
+from specchat.errors import collect_warnings
 from specchat.files import move_aside
 from specchat.profile import Profile
 
@@ -74,27 +73,6 @@ def acquire_instance_lock(profile: Profile):
             "switch to its window, or start another profile with --profile DIR")
 
 
-@contextlib.contextmanager
-def warnings_logged() -> Iterator[list[str]]:
-    """Collect what the core logs as warnings meanwhile (logger "specchat": a damaged file moved
-    aside and rebuilt), one line each, so start-up can show them before the window opens."""
-    import logging
-
-    seen: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(one_line(record.getMessage()))
-
-    log = logging.getLogger("specchat")
-    handler = Keep(logging.WARNING)
-    log.addHandler(handler)
-    try:
-        yield seen
-    finally:
-        log.removeHandler(handler)
-
-
 def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str | None:
     print(f"specchat: {text}", file=sys.stderr)
     return prompt(text, buttons)
@@ -125,7 +103,7 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
     try:
         # 2. everything that can be wrong with the files, before any thread starts; what the
         # core repaired on the way (a damaged registry moved aside and rebuilt) is said after
-        with warnings_logged() as repaired:
+        with collect_warnings() as repaired:
             opened = _open_files(profile, config_path, prompt)
         if isinstance(opened, int):
             return opened

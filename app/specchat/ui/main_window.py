@@ -159,7 +159,8 @@ class MainWindow(QMainWindow):
     # -- menu entries (see menus.py) ------------------------------------------------------------
 
     def models_dialog(self) -> ModelsDialog:
-        dialog = ModelsDialog(self.session.registry, self.session.downloads, self)
+        dialog = ModelsDialog(self.session.registry, self.session.downloads, self,
+                              user_catalog=self.session.profile.user_catalog)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
         dialog.pairChosen.connect(lambda t, d: self.pane.update_settings(target=t, draft=d))
         return dialog
@@ -182,6 +183,8 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.config, self)
         if dialog.exec() and dialog.result_config is not None:
             self.session.set_config(dialog.result_config)
+            if dialog.notes:
+                self.statusBar().showMessage(" ".join(dialog.notes), 30_000)
             apply_theme(str(self.config["theme"]))
             # the next answer (or now, if idle) loads the pair with the new context, layers and thresholds
             self.answers.reload(self.pane.settings() if self.chat_id is not None else None)
@@ -227,10 +230,10 @@ class MainWindow(QMainWindow):
                 return
         except RegistryError:
             return  # start-up checked it; damaged since: the Models dialog says so when opened
-        from specchat.models.catalog import load_catalog
+        from specchat.models.catalog import load_catalog_lenient
         from specchat.models.fit import free_memory
 
-        rec = recommended(load_catalog(), *free_memory())
+        rec = recommended(load_catalog_lenient(self.session.profile.user_catalog)[0], *free_memory())
         self.pane.show_notice("No models yet. Open Models → Download a pair…"
                               + (f" (recommended for this machine: {rec.name})." if rec else "."))
 

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specchat.models.catalog import CatalogPair, load_catalog
+from specchat.errors import collect_warnings
+from specchat.models.catalog import CatalogPair, load_catalog_lenient
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadProgress, human_bytes
@@ -52,13 +53,15 @@ def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) 
 class ModelsDialog(QDialog):
     pairChosen = Signal(object, object)  # target Path, draft Path | None
 
-    def __init__(self, registry: Registry, downloads: DownloadService, parent=None) -> None:
+    def __init__(self, registry: Registry, downloads: DownloadService, parent=None, *,
+                 user_catalog: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(900, 560)
         self.registry = registry
         self.downloads = downloads
-        self.pairs = load_catalog()
+        # a damaged catalog.toml or a bad entry of it hides only itself; the problems are said below
+        self.pairs, self.catalog_problems = load_catalog_lenient(user_catalog)
         self.free_vram, self.free_ram = free_memory()
         self._job: int | None = None
         layout = QVBoxLayout(self)
@@ -69,6 +72,11 @@ class ModelsDialog(QDialog):
                                      + (f"  Recommended pair: <b>{rec.name}</b>" if rec else ""))
         self.recommendation.setWordWrap(True)
         layout.addWidget(self.recommendation)
+        if self.catalog_problems:  # your own catalog.toml: what of it is not listed, and why
+            problems = QLabel("\n".join(self.catalog_problems))
+            problems.setWordWrap(True)
+            problems.setStyleSheet("color:#8a5a00;")
+            layout.addWidget(problems)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._catalog_tab(rec), "Catalog")
         self.tabs.addTab(self._installed_tab(), "Installed")
@@ -198,8 +206,11 @@ class ModelsDialog(QDialog):
     def refresh_installed(self) -> None:
         self.installed.clear()
         try:
-            installed = self.registry.models()
-        except RegistryError as exc:  # damaged while the app runs: say so, keep the file
+            with collect_warnings() as repaired:  # damaged while the app runs: moved aside, rebuilt, said
+                installed = self.registry.models()
+            if repaired:
+                self.message.setText("\n".join(repaired))
+        except RegistryError as exc:  # one it must not touch (a newer SpecChat's): say so
             self.message.setText(str(exc))
             installed = []
         for m in sorted(installed, key=lambda m: -m.size):

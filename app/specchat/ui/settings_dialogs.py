@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, as_int
+from specchat.errors import collect_warnings
 from specchat.store import ChatSettings
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # a QSpinBox's widest range, for a side without a bound
@@ -67,6 +68,7 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.config = config
         self.result_config: AppConfig | None = None  # the saved settings, after OK
+        self.notes: list[str] = []  # what saving them repaired (a damaged file moved aside), one line each
         form = QFormLayout(self)
         self.fields: dict[str, QWidget] = {}
         for s in SCHEMA:
@@ -90,10 +92,12 @@ class SettingsDialog(QDialog):
         applied; the live config is never touched, so Cancel after an error leaves it as it was."""
         try:
             candidate = self.config.replaced(self.values())
-            candidate.save()
+            with collect_warnings() as said:  # a file damaged on disk is moved aside first: say so
+                candidate.save()
         except (ConfigError, OSError) as exc:
             self.error.setText(str(exc))
             return
+        self.notes = said  # the window shows them (a modal box here would stack two dialogs)
         self.result_config = candidate
         self.accept()
 
