@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from app_driver import FakeApp, send, wait_idle
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
+
+from hub_server import FAKE_SHA, REPO, serve_small_files  # noqa: E402
+
 from fakes import SLOW_LATER, FakeSpec, TemplateFactory
 from specchat.engine import chat
+from specchat.models.hub import HubFile
 from specchat.profile import Profile
 from specchat.store import open_store
 
@@ -48,3 +55,63 @@ def test_closing_the_app_while_a_template_renders(qtbot, tmp_path):
         assert len(msgs[1].content) == 40 and msgs[2].content == "Second question."
     finally:
         store.close()
+
+
+def _close_timed(app: FakeApp) -> float:
+    t0 = time.monotonic()
+    app.stop()
+    return time.monotonic() - t0
+
+
+def test_closing_the_app_during_a_stalled_download(qtbot, tmp_path, monkeypatch):
+    """The Models dialog's download thread is blocked on a server that sends nothing: the
+    window still closes within 2 s, and the chat is as it was."""
+    app = FakeApp(tmp_path, TemplateFactory(chat.CHATML_CHAT_TEMPLATE, FakeSpec(answer_tokens=5)))
+    chat_id = app.add_chat()
+    (tmp_path / "hub").mkdir()
+    with serve_small_files(tmp_path / "hub", monkeypatch) as hub:
+        hub.hold_next_get_after(0)  # headers, then silence
+        try:
+            s = app.start(qtbot)
+            send(qtbot, s.window.pane, "Hello.")
+            wait_idle(qtbot, s)
+            s.downloads.start([HubFile(REPO, "two-mib.gguf")])
+            qtbot.waitUntil(lambda: bool(hub.gets(REPO, "two-mib.gguf")), timeout=10_000)
+            qtbot.wait(500)  # well into the silence
+            took = _close_timed(app)
+        finally:
+            app.stop()
+    assert took < CLOSE_S, f"closing took {took:.1f} s"
+    store = open_store(Profile.at(tmp_path).database)
+    try:
+        assert [(m.role, m.state) for m in store.messages(chat_id)] == [("user", None), ("assistant", "done")]
+    finally:
+        store.close()
+
+
+def test_closing_the_app_while_a_download_is_checked(qtbot, tmp_path, monkeypatch):
+    """The download thread is hashing a 4 GiB file (its sha256 check): closing returns within 2 s
+    and the file is kept for the next try."""
+    from huggingface_hub import constants
+
+    app = FakeApp(tmp_path, TemplateFactory(chat.CHATML_CHAT_TEMPLATE, FakeSpec()))
+    app.add_chat()
+    (tmp_path / "hub").mkdir()
+    with serve_small_files(tmp_path / "hub", monkeypatch) as hub:
+        size = hub.files[(REPO, "sparse.gguf")].size
+        blobs = Path(constants.HF_HUB_CACHE) / f"models--{REPO.replace('/', '--')}" / "blobs"
+        blobs.mkdir(parents=True)
+        partial = blobs / f"{FAKE_SHA}.incomplete"
+        with partial.open("wb") as f:
+            f.truncate(size)  # complete but sparse: the job goes straight to hashing it
+        try:
+            s = app.start(qtbot)
+            stages: list[str] = []
+            s.downloads.progress.connect(lambda _job, p: stages.append(p.stage))
+            s.downloads.start([HubFile(REPO, "sparse.gguf")])
+            qtbot.waitUntil(lambda: "verifying" in stages, timeout=10_000)
+            took = _close_timed(app)
+        finally:
+            app.stop()
+    assert took < CLOSE_S, f"closing took {took:.1f} s"
+    assert partial.stat().st_size == size
