@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer
-from huggingface_hub import constants, hf_hub_url
+from hub_server import HubServer, point_huggingface_hub_at
 
 import test_models  # scripts/test_models.py, put on sys.path by tests/conftest.py
 from specchat.models.hub import HubFile
@@ -67,22 +66,7 @@ def hf_cache(hf_home: Path) -> Path:
 @pytest.fixture
 def hub(hub_server: HubServer, hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
     """The local hub, reset, with huggingface_hub pointed at it, online, without xet or any token."""
-    url = hub_server.url
     hub_server.reset()
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    monkeypatch.setattr(constants, "ENDPOINT", url)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    # nothing of the user's own hub setup: their cache and their login token stay out of it
-    monkeypatch.setenv("HF_HOME", str(hf_home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(hf_home / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
-    monkeypatch.setenv("HF_TOKEN_PATH", str(hf_home / "token"))
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hf_home / "token"))
-    assert hf_hub_url("a/b", "c.gguf") == f"{url}/a/b/resolve/main/c.gguf", "huggingface_hub not redirected"
+    point_huggingface_hub_at(hub_server.url, hf_home, monkeypatch)
     yield hub_server
     hub_server.reset()
