@@ -46,6 +46,7 @@ def test_closing_the_app_while_a_template_renders(qtbot, tmp_path):
         took = time.monotonic() - t0
     finally:
         app.stop()
+    print(f"closed in {took:.2f} s")
     assert took < CLOSE_S, f"closing took {took:.1f} s"
     store = open_store(Profile.at(tmp_path).database)
     try:
@@ -81,6 +82,7 @@ def test_closing_the_app_during_a_stalled_download(qtbot, tmp_path, monkeypatch)
             took = _close_timed(app)
         finally:
             app.stop()
+    print(f"closed in {took:.2f} s")
     assert took < CLOSE_S, f"closing took {took:.1f} s"
     store = open_store(Profile.at(tmp_path).database)
     try:
@@ -113,5 +115,6 @@ def test_closing_the_app_while_a_download_is_checked(qtbot, tmp_path, monkeypatc
             took = _close_timed(app)
         finally:
             app.stop()
+    print(f"closed in {took:.2f} s")
     assert took < CLOSE_S, f"closing took {took:.1f} s"
     assert partial.stat().st_size == size

@@ -38,6 +38,7 @@ def closes_in_time(svc: GenerationService) -> float:
     svc.shutdown()
     took = time.monotonic() - t0
     assert svc._thread.isFinished()
+    print(f"shut down in {took:.2f} s")
     assert took < CLOSE_S, f"shutdown took {took:.1f} s"
     return took
 
