@@ -26,6 +26,15 @@ EMA = 0.2  # weight of a new cost measurement
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerPlan:
+    """Which drafters one answer may use, and the notes that say why one may not."""
+
+    use_model: bool
+    use_lookup: bool
+    notes: tuple[Fallback, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     drafter: Drafter
     k: int
@@ -160,6 +169,29 @@ class DraftController:
         plain = self.costs.rate(Drafter.NONE, 0, 0.0)
         _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
         return best / plain
+
+    def answer_plan(self, mode: Mode, *, has_model: bool, blocked: str = "") -> AnswerPlan:
+        """Decide, once per answer, which drafters may run in it (the engine and the simulator both ask).
+
+        ``blocked`` is why speculation cannot run at all with this pair ("" when it can).
+        """
+        use_model = mode in (Mode.DRAFT, Mode.AUTO) and has_model
+        use_lookup = mode in (Mode.LOOKUP, Mode.AUTO)
+        if blocked and mode is not Mode.BASELINE:
+            return AnswerPlan(False, False, (Fallback(f"speculation off: {blocked}", permanent=True),))
+        if mode is Mode.DRAFT and not has_model:
+            return AnswerPlan(False, use_lookup, (Fallback("no draft model loaded: plain decoding", permanent=True),))
+        if mode is Mode.AUTO and use_model and not self.viable(Drafter.MODEL):
+            k = self.settings.k_max + 1
+            return AnswerPlan(False, use_lookup, (Fallback(
+                "auto: the draft model cannot pay on this machine (best case "
+                f"{self.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
+                f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
+                f"verifying {k} tokens {self.costs.verify(k) * 1e3:.0f} ms "
+                f"vs {self.costs.verify(1) * 1e3:.1f} ms for one)",
+                permanent=True,
+            ),))
+        return AnswerPlan(use_model, use_lookup)
 
     def plan(self, mode: Mode, available: dict[Drafter, int]) -> Plan:
         """Pick the next round.  ``available`` maps a usable drafter to its K ceiling."""

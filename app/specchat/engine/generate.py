@@ -21,7 +21,6 @@ from .events import (
     Done,
     Error,
     Event,
-    Fallback,
     GenerationStats,
     Prefilled,
     RoundStats,
@@ -114,26 +113,10 @@ def generate(
 
     # which drafters may run in this answer, and why not if one may not
     drafter_model = pair.model_drafter
-    use_model = mode in (Mode.DRAFT, Mode.AUTO) and drafter_model is not None
-    use_lookup = mode in (Mode.LOOKUP, Mode.AUTO)
-    notes: list[Fallback] = []
-    if pair.speculation_blocked and mode is not Mode.BASELINE:
-        notes.append(Fallback(f"speculation off: {pair.speculation_blocked}", permanent=True))
-        use_model = use_lookup = False
-    elif mode is Mode.DRAFT and drafter_model is None:
-        notes.append(Fallback("no draft model loaded: plain decoding", permanent=True))
-    elif mode is Mode.AUTO and use_model and not controller.viable(Drafter.MODEL):
-        use_model = False
-        notes.append(Fallback(
-            "auto: the draft model cannot pay on this machine (best case "
-            f"{controller.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
-            f"a draft token costs {controller.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
-            f"verifying {cs.k_max + 1} tokens {controller.costs.verify(cs.k_max + 1) * 1e3:.0f} ms "
-            f"vs {controller.costs.verify(1) * 1e3:.1f} ms for one)",
-            permanent=True,
-        ))
-    yield from notes
-    fallbacks.extend(n.reason for n in notes)
+    answer = controller.answer_plan(mode, has_model=drafter_model is not None, blocked=pair.speculation_blocked)
+    use_model, use_lookup = answer.use_model, answer.use_lookup
+    yield from answer.notes
+    fallbacks.extend(n.reason for n in answer.notes)
     model = drafter_model if use_model else None  # the draft model, when this answer may use it
 
     sampler = TargetSampler(target, sampling)
