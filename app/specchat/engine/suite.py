@@ -1,7 +1,8 @@
 """Benchmark suites: the built-in one, and JSONL files of ``{"id", "task", "messages"}``.
 
 The built-in suite covers the task types whose acceptance differs most in
-practice: code, chat, structured JSON, summarisation and creative writing.
+practice: code, edits of pasted code (where prompt lookup shines: the answer
+repeats the prompt), chat, structured JSON, summarisation and creative writing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,34 @@ _ARTICLE = (
     "measure traffic and sales during the trial, and decide in the spring whether to extend them."
 )
 
+_PARSER = (
+    "def parse_ranges(text):\n"
+    "    result = []\n"
+    "    for part in text.split(','):\n"
+    "        part = part.strip()\n"
+    "        if '-' in part:\n"
+    "            start, end = part.split('-')\n"
+    "            result.extend(range(int(start), int(end)))\n"
+    "        elif part:\n"
+    "            result.append(int(part))\n"
+    "    return sorted(set(result))\n"
+)
+
+_TOTALS = (
+    "import csv\n\n"
+    "def category_totals(path):\n"
+    "    acc = {}\n"
+    "    with open(path, newline='') as f:\n"
+    "        for buf in csv.DictReader(f):\n"
+    "            key = buf['category'].strip().lower()\n"
+    "            acc[key] = acc.get(key, 0.0) + float(buf['amount'])\n"
+    "    return dict(sorted(acc.items(), key=lambda kv: kv[1], reverse=True))\n\n"
+    "def print_totals(path):\n"
+    "    acc = category_totals(path)\n"
+    "    for key, value in acc.items():\n"
+    "        print(f'{key:<20} {value:>10.2f}')\n"
+)
+
 BUILTIN: tuple[BenchPrompt, ...] = (
     BenchPrompt("code-fib", "code", (
         {"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number iteratively, "
@@ -36,6 +65,15 @@ BUILTIN: tuple[BenchPrompt, ...] = (
         {"role": "user", "content": "Rewrite this function to use a list comprehension and explain the change:\n\n"
                                     "def evens(xs):\n    out = []\n    for x in xs:\n        if x % 2 == 0:\n"
                                     "            out.append(x)\n    return out\n"},)),
+    BenchPrompt("edit-fix", "edit", (
+        {"role": "user", "content": "Fix the bug in this function and return the whole corrected function:\n\n"
+                                    + _PARSER},)),
+    BenchPrompt("edit-rename", "edit", (
+        {"role": "user", "content": "Rename the variable `buf` to `line` and `acc` to `totals` everywhere in this "
+                                    "code. Return only the code.\n\n" + _TOTALS},)),
+    BenchPrompt("edit-hints", "edit", (
+        {"role": "user", "content": "Add type hints and a docstring to this function; change nothing else. "
+                                    "Return only the code.\n\n" + _PARSER},)),
     BenchPrompt("chat-explain", "chat", (
         {"role": "user", "content": "Explain in a few sentences why the sky is blue."},)),
     BenchPrompt("chat-advice", "chat", (

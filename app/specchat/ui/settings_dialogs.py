@@ -112,7 +112,7 @@ class ChatSettingsDialog(QDialog):
         self.system.setFixedHeight(90)
         self.task = QComboBox()
         self.task.setEditable(True)
-        self.task.addItems(["chat", "code", "json", "summary", "creative"])
+        self.task.addItems(["chat", "code", "edit", "json", "summary", "creative"])
         self.task.setCurrentText(settings.task)
         self.top_k = QSpinBox(minimum=0, maximum=1000, value=settings.top_k)
         self.top_p = QDoubleSpinBox(minimum=0.01, maximum=1.0, singleStep=0.05, value=settings.top_p)
