@@ -1,0 +1,876 @@
+"""The GPU kit (issue 12): real-shape Qwen costs measured through SpecChat's runtime on a GPU machine
+with no network.  Never run in CI.
+
+Three steps, two places:
+
+- ``pack`` (here, with the network): makes the carry folder ``gpu-kit/`` (git-ignored) holding the
+  llama-cpp-python 0.3.36 sdist stripped to what a CUDA build needs (xz, ~10 MiB), the Qwen tokenizer
+  metadata as a tensor-less GGUF copied from the test model's header, and the pure-Python wheels
+  SpecChat's core needs that the GPU image lacks (gguf, diskcache, platformdirs).
+- ``build`` (on the GPU machine, its own call: the CUDA build of llama.cpp for sm_90 takes most of one
+  10-minute call at -j16): installs the wheels and builds llama-cpp-python with CUDA into ``--site``
+  (default /tmp/specchat-gpu-kit/site, outside the repo so the next carry does not replace it).
+- ``run`` (on the GPU machine, the next call, while the machine is still warm: it keeps /tmp only
+  until it goes back, 30 s after a call): synthesises Qwen2.5-7B-Instruct- and Qwen2.5-0.5B-shaped
+  GGUFs (random F16 weights written tensor by tensor, quantised to Q4_K_M by llama.cpp's quantize),
+  measures plain decode against llama-bench-style raw decode, the verify cost for n = 1..17, the draft
+  cost per token and the loop's overhead per round, and writes ``OUT/profile-<gpu>-qwen7b.json``
+  (docs: the cost-profile schema), ``OUT/measurements.json`` (every raw number) and ``OUT/simulate.txt``
+  (``specchat simulate`` on each trace in docs/traces).  Random weights give meaningless text but
+  true costs.
+
+The two device calls a session makes (``run`` tool, after ``python scripts/gpu_kit.py pack`` here)::
+
+    run(command="python3 scripts/gpu_kit.py build", carry=["gpu-kit"], timeout_s=600)
+    run(command="PYTHONUNBUFFERED=1 python3 scripts/gpu_kit.py run --skip-build --out $OUT",
+        carry=["gpu-kit"], timeout_s=600)
+
+The second call must follow the first at once (the build lives in the warm machine's /tmp); if the
+machine went back in between, ``run --skip-build`` says so and the build call is needed again.
+
+Proven here without a GPU::
+
+    .venv/bin/python scripts/gpu_kit.py run --cpu --shapes tiny --skip-build --out /tmp/kit-out
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA_CPP_PYTHON = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+KIT_LIMIT_BYTES = 40 << 20  # the carried working tree is 64 MiB in all; the repo needs the rest
+DEFAULT_SITE = Path("/tmp/specchat-gpu-kit/site")
+DEFAULT_WORK = Path("/tmp/specchat-gpu-kit/work")
+TOKENIZER_FILE = "qwen-tokenizer.gguf"
+TEST_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"  # its header holds the real Qwen2.5 tokenizer
+# The wheels SpecChat's engine and CLI import that the GPU image lacks (the image has numpy, jinja2,
+# psutil, filelock, pyyaml, tqdm, requests, typing-extensions, nvidia-ml-py): gguf (models.gguf_header),
+# diskcache (llama_cpp imports it), platformdirs (specchat.profile).
+KIT_WHEELS = ("gguf", "diskcache", "platformdirs")
+TOKEN_TYPE_UNUSED = 5  # gguf.TokenType.UNUSED: how llama.cpp's converter pads a vocabulary ("[PAD<i>]")
+FILLER = 198  # "\n" in Qwen's vocabulary; a decode's cost does not depend on the token
+
+
+# --------------------------------------------------------------------------------------------
+# pack: the stripped sdist
+# --------------------------------------------------------------------------------------------
+
+# Paths below the sdist's top folder that a CUDA build of the library never reads.  llama.cpp's
+# own models/ (tokenizer test vocabularies, 75 MB) and docs/ (38 MB) are most of the 217 MB.
+_DROP_PREFIXES = (
+    "docs/", "examples/", "tests/", "docker/", "scripts/", ".github/",
+    "vendor/llama.cpp/models/", "vendor/llama.cpp/docs/", "vendor/llama.cpp/tests/",
+    "vendor/llama.cpp/benches/", "vendor/llama.cpp/tools/", "vendor/llama.cpp/examples/",
+    "vendor/llama.cpp/pocs/", "vendor/llama.cpp/media/", "vendor/llama.cpp/gguf-py/",
+    "vendor/llama.cpp/scripts/", "vendor/llama.cpp/conversion/", "vendor/llama.cpp/ci/",
+    "vendor/llama.cpp/skills/", "vendor/llama.cpp/requirements/", "vendor/llama.cpp/app/",
+    "vendor/llama.cpp/.github/", "vendor/llama.cpp/.devops/", "vendor/llama.cpp/grammars/",
+)
+_GGML_BACKENDS = "vendor/llama.cpp/ggml/src/"
+_KEPT_BACKENDS = {"ggml-cpu", "ggml-cuda"}
+# tools/ goes, so the multimodal library (LLAVA_BUILD) is off; SpecChat never loads it
+BUILD_FLAGS = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAVA_BUILD=OFF")
+
+
+def sdist_keeps(member: str) -> bool:
+    """Whether a path of the sdist (``llama_cpp_python-X/...``) stays in the stripped copy."""
+    _top, _, rel = member.partition("/")
+    if not rel:
+        return True
+    if rel.startswith(_DROP_PREFIXES) or rel.endswith((".gguf", ".png", ".jpg", ".mp4", ".gif")):
+        return False
+    if rel.startswith("vendor/llama.cpp/convert_"):
+        return False
+    if rel.startswith(_GGML_BACKENDS):
+        backend = rel[len(_GGML_BACKENDS):].split("/", 1)
+        if len(backend) == 2 and backend[0].startswith("ggml-") and backend[0] not in _KEPT_BACKENDS:
+            return False
+    return True
+
+
+def strip_sdist(sdist: Path, out: Path) -> tuple[int, int]:
+    """Copy the sdist's kept members into ``out`` (tar.xz); return (members kept, dropped)."""
+    kept = dropped = 0
+    tmp = out.with_name(out.name + ".part")
+    with tarfile.open(sdist, "r:*") as src, tarfile.open(tmp, "w:xz", preset=6) as dst:
+        for member in src:
+            if not (member.isfile() or member.isdir()) or not sdist_keeps(member.name):
+                dropped += 1
+                continue
+            if ".." in Path(member.name).parts or member.name.startswith("/"):
+                raise SystemExit(f"{sdist}: unsafe member {member.name!r}: fetch the sdist again")
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+            kept += 1
+    tmp.replace(out)
+    return kept, dropped
+
+
+def fetch_sdist(dest: Path) -> Path:
+    """``pip download`` of the sdist (the one network step of the kit)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                    f"llama_cpp_python=={LLAMA_CPP_PYTHON}", "-d", str(dest)], check=True)
+    found = sorted(dest.glob(f"{SDIST_NAME}.tar.gz"))
+    if not found:
+        raise SystemExit(f"pip download left no {SDIST_NAME}.tar.gz in {dest}")
+    return found[0]
+
+
+def fetch_wheels(dest: Path, names: Iterable[str] = KIT_WHEELS) -> list[Path]:
+    """The installed versions of ``names`` as pure-Python wheels (the GPU image has no network)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = [f"{n}=={importlib.metadata.version(n)}" for n in names]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--python-version", "3.12", "--implementation", "py", "-d", str(dest), *pins], check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+# --------------------------------------------------------------------------------------------
+# the tokenizer metadata and the GGUF synthesiser
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 model's hyper-parameters (config.json of the Hugging Face model)."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_vocab: int | None  # None: the tokenizer's size
+    tied: bool  # tie_word_embeddings: no output.weight, the embedding is reused
+    rope_theta: float = 1e6
+    rms_eps: float = 1e-6
+    n_ctx_train: int = 32768
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+# Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen2.5-0.5B-Instruct config.json; the 0.5B test model's header
+# agrees (24 layers, 896, 14/2 heads, 4864, rope 1e6, eps 1e-6, 151936 tokens).
+QWEN7B = Shape("qwen2.5-7b-instruct", 28, 3584, 28, 4, 18944, 152064, tied=False)
+QWEN05B = Shape("qwen2.5-0.5b-instruct", 24, 896, 14, 2, 4864, 151936, tied=True)
+# the same code at a size a 2-core machine synthesises and decodes in seconds; the target's
+# vocabulary is padded beyond the draft's, as Qwen's 7B (152064) is beyond its 0.5B (151936)
+TINY_TARGET = Shape("tiny-target", 2, 64, 2, 1, 128, 152064, tied=False)
+TINY_DRAFT = Shape("tiny-draft", 1, 64, 2, 1, 128, None, tied=True)
+SHAPES = {"qwen7b": (QWEN7B, QWEN05B), "tiny": (TINY_TARGET, TINY_DRAFT)}
+
+
+@dataclass
+class Tokenizer:
+    """Every ``tokenizer.*`` key of a GGUF header: (key, value, value type, array item type)."""
+
+    fields: list[tuple[str, Any, Any, Any]]
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> Tokenizer:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        fields = []
+        for key, field in reader.fields.items():
+            if not key.startswith("tokenizer."):
+                continue
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            fields.append((key, field.contents(), vtype, sub))
+        if not any(k == "tokenizer.ggml.tokens" for k, *_ in fields):
+            raise SystemExit(f"{path}: no tokenizer.ggml.tokens: not a GGUF with a tokenizer")
+        return cls(fields)
+
+    def value(self, key: str) -> Any:
+        return next((v for k, v, *_ in self.fields if k == key), None)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.value("tokenizer.ggml.tokens"))
+
+    def write_to(self, writer: Any, n_vocab: int | None = None) -> None:
+        """Add every key; the token lists padded to ``n_vocab`` as llama.cpp's converter pads them."""
+        n = self.n_tokens
+        if n_vocab is not None and n_vocab < n:
+            raise ValueError(f"a vocabulary of {n_vocab} cannot hold the tokenizer's {n} tokens")
+        pad = (n_vocab or n) - n
+        for key, value, vtype, sub in self.fields:
+            if pad and key == "tokenizer.ggml.tokens":
+                value = [*value, *(f"[PAD{i}]" for i in range(n, n + pad))]
+            elif pad and key == "tokenizer.ggml.token_type":
+                value = [*value, *([TOKEN_TYPE_UNUSED] * pad)]
+            elif pad and key == "tokenizer.ggml.scores":
+                value = [*value, *([0.0] * pad)]
+            writer.add_key_value(key, value, vtype, sub)
+
+
+def write_tokenizer_gguf(source: Path, out: Path) -> Tokenizer:
+    """A tensor-less GGUF with the architecture and every tokenizer key of ``source``'s header."""
+    import gguf
+
+    tok = Tokenizer.from_gguf(source)
+    arch = gguf.GGUFReader(str(source)).fields["general.architecture"].contents()
+    tmp = out.with_name(out.name + ".part")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    tok.write_to(writer)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    tmp.replace(out)
+    return tok
+
+
+def tensor_plan(shape: Shape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, numpy shape (rows, cols), is a matrix) of every Qwen2 tensor, in llama.cpp's names."""
+    kv = shape.head_dim * shape.n_head_kv
+    e, f = shape.n_embd, shape.n_ff
+    plan: list[tuple[str, tuple[int, ...], bool]] = [("token_embd.weight", (n_vocab, e), True),
+                                                     ("output_norm.weight", (e,), False)]
+    if not shape.tied:
+        plan.append(("output.weight", (n_vocab, e), True))
+    for i in range(shape.n_layer):
+        b = f"blk.{i}."
+        plan += [
+            (b + "attn_norm.weight", (e,), False),
+            (b + "attn_q.weight", (e, e), True), (b + "attn_q.bias", (e,), False),
+            (b + "attn_k.weight", (kv, e), True), (b + "attn_k.bias", (kv,), False),
+            (b + "attn_v.weight", (kv, e), True), (b + "attn_v.bias", (kv,), False),
+            (b + "attn_output.weight", (e, e), True),
+            (b + "ffn_norm.weight", (e,), False),
+            (b + "ffn_gate.weight", (f, e), True), (b + "ffn_up.weight", (f, e), True),
+            (b + "ffn_down.weight", (e, f), True),
+        ]
+    return plan
+
+
+class _RandomPool:
+    """Random N(0, 0.02) values, generated once and copied out at random offsets: a 7B model's
+    7.6e9 weights at memcpy speed (drawing each one costs minutes); costs do not depend on values."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        import numpy as np
+
+        self._rng = np.random.default_rng(seed)
+        values = (self._rng.standard_normal(size, dtype=np.float32) * 0.02).astype(np.float16)
+        self._pool = np.concatenate([values, values])
+        self._size = size
+
+    def take(self, n: int, dtype: Any) -> Any:
+        import numpy as np
+
+        out = np.empty(n, dtype=dtype)
+        for start in range(0, n, self._size):
+            chunk = min(self._size, n - start)
+            at = int(self._rng.integers(0, self._size))
+            out[start:start + chunk] = self._pool[at:at + chunk]
+        return out
+
+
+def write_random_gguf(path: Path, shape: Shape, tokenizer: Tokenizer, *, seed: int = 0,
+                      pool_size: int = 1 << 24) -> int:
+    """A Qwen2 GGUF of ``shape`` with random F16 matrices (F32 norms = 1 and biases), written one
+    tensor at a time so a 15 GB file never sits in memory; returns the tensor count."""
+    import gguf
+    import numpy as np
+
+    n_vocab = shape.n_vocab or tokenizer.n_tokens
+    plan = tensor_plan(shape, n_vocab)
+    tmp = path.with_name(path.name + ".part")
+    writer = gguf.GGUFWriter(str(tmp), "qwen2")
+    writer.add_name(f"{shape.name} (random weights, SpecChat GPU kit)")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_block_count(shape.n_layer)
+    writer.add_context_length(shape.n_ctx_train)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_rope_freq_base(shape.rope_theta)
+    writer.add_layer_norm_rms_eps(shape.rms_eps)
+    tokenizer.write_to(writer, n_vocab)
+    for name, dims, matrix in plan:
+        dtype = np.float16 if matrix else np.float32
+        raw = gguf.GGMLQuantizationType.F16 if matrix else gguf.GGMLQuantizationType.F32
+        nbytes = int(np.prod(dims)) * np.dtype(dtype).itemsize
+        writer.add_tensor_info(name, dims, np.dtype(dtype), nbytes, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    pool = _RandomPool(pool_size, seed)
+    for name, dims, matrix in plan:
+        n = int(np.prod(dims))
+        if name.endswith("norm.weight"):
+            data = np.ones(n, dtype=np.float32)
+        else:
+            data = pool.take(n, np.float16 if matrix else np.float32)
+        writer.write_tensor_data(data.reshape(dims))
+    writer.close()
+    tmp.replace(path)
+    return len(plan)
+
+
+def quantize(src: Path, dst: Path, *, threads: int) -> None:
+    """llama.cpp's quantize (its C API through llama-cpp-python) to Q4_K_M.  Rows not a multiple
+    of 256 (the tiny shapes) fall back to llama.cpp's own choice (Q5_0 ...)."""
+    import llama_cpp
+
+    from specchat.engine.runtime import init_backend
+
+    init_backend()  # quiet: llama.cpp's log goes to the runtime's ring buffer
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.nthread = threads
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    tmp = dst.with_name(dst.name + ".part")
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SystemExit(f"{src.name}: llama_model_quantize failed ({rc})")
+    tmp.replace(dst)
+
+
+def synthesise(shape: Shape, tokenizer: Tokenizer, work: Path, *, threads: int, seed: int) -> Path:
+    """``work/<shape>-q4_k_m.gguf``, made once per shape (a marker names the shape it was made for)."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"{shape.name}-q4_k_m.gguf"
+    marker = out.with_suffix(".json")
+    want = json.dumps({"shape": asdict(shape), "tokens": tokenizer.n_tokens, "seed": seed}, sort_keys=True)
+    if out.exists() and marker.exists() and marker.read_text() == want:
+        print(f"  {out.name}: already made", flush=True)
+        return out
+    f16 = work / f"{shape.name}-f16.gguf"
+    t0 = time.perf_counter()
+    write_random_gguf(f16, shape, tokenizer, seed=seed)
+    t1 = time.perf_counter()
+    quantize(f16, out, threads=threads)
+    t2 = time.perf_counter()
+    f16_size = f16.stat().st_size
+    f16.unlink()
+    marker.write_text(want)
+    print(f"  {out.name}: F16 {f16_size / 1e9:.2f} GB written in {t1 - t0:.1f} s, Q4_K_M "
+          f"{out.stat().st_size / 1e9:.2f} GB in {t2 - t1:.1f} s", flush=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# measurement, all through SpecChat's runtime
+# --------------------------------------------------------------------------------------------
+
+def timed_decode(model: Any, n: int, *, logits: str = "all") -> float:
+    """One decode of ``n`` filler tokens at the model's current depth, logits read (that waits for
+    an asynchronous backend), then trimmed back: the calibration's measurement."""
+    base = len(model.tokens)
+    t0 = time.perf_counter()
+    model.decode([FILLER] * n, logits=logits)
+    model.logits(-1)
+    dt = time.perf_counter() - t0
+    model.trim(base)
+    return dt
+
+
+def fill_to(model: Any, depth: int) -> None:
+    model.clear()
+    model.decode([FILLER] * depth, logits="none")
+
+
+def measure_verify(target: Any, *, depth: int, sizes: Sequence[int], reps: int) -> dict[int, list[float]]:
+    """Every repeat of a target decode of n tokens at ``depth`` tokens in the cache."""
+    fill_to(target, depth)
+    for _ in range(3):
+        timed_decode(target, 1)  # warm-up: the first decodes allocate and pick kernels
+    out: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(reps):  # sizes interleaved, so drift on a shared machine hits every size alike
+        for n in sizes:
+            out[n].append(timed_decode(target, n))
+    target.clear()
+    return out
+
+
+def measure_draft(draft: Any, *, depth: int, reps: int) -> dict[str, list[float]]:
+    """A draft token's parts as the drafter pays them: a one-token decode, then its greedy choice."""
+    from specchat.engine.sampling import greedy_choice
+
+    fill_to(draft, depth)
+    timed_decode(draft, 1, logits="last")
+    decode_s, choice_s = [], []
+    for _ in range(reps):
+        decode_s.append(timed_decode(draft, 1, logits="last"))
+        draft.decode([FILLER], logits="last")
+        t0 = time.perf_counter()
+        greedy_choice(draft.logits(-1))
+        choice_s.append(time.perf_counter() - t0)
+        draft.trim(depth)
+    draft.clear()
+    return {"decode_s": decode_s, "greedy_choice_s": choice_s}
+
+
+def _consume(events: Iterable[Any]) -> tuple[Any, list[Any]]:
+    from specchat.engine.events import Done, Error, RoundStats
+
+    done, rounds = None, []
+    for ev in events:
+        if isinstance(ev, RoundStats):
+            rounds.append(ev)
+        elif isinstance(ev, Error):
+            raise SystemExit(f"generation failed: {ev.message}")
+        elif isinstance(ev, Done):
+            done = ev
+    if done is None:
+        raise SystemExit("generation ended without its Done event")
+    return done, rounds
+
+
+def measure_plain(pair: Any, prompt: list[int], *, max_tokens: int, repeats: int) -> list[dict[str, float]]:
+    """Plain decode through ``pair.generate(mode=baseline)`` and, right after, llama-bench-style raw
+    decode on the same prompt, depth and count (``bench.raw_decode_rate``): the bench's reference."""
+    from specchat.engine.bench import raw_decode_rate
+    from specchat.engine.settings import Mode
+
+    runs = []
+    for _ in range(repeats):
+        pair.target.clear()
+        done, rounds = _consume(pair.generate(prompt, mode=Mode.BASELINE, max_tokens=max_tokens))
+        tokens = done.stats.tokens
+        raw = raw_decode_rate(pair, prompt, max(tokens - 1, 1))
+        base = done.stats.decode_tok_s or 0.0
+        runs.append({"tokens": tokens, "baseline_tok_s": base, "raw_tok_s": raw,
+                     "ratio": base / raw if raw else 0.0,
+                     "overhead_s_per_step": statistics.fmean(r.overhead_s for r in rounds) if rounds else 0.0})
+    return runs
+
+
+def measure_rounds(pair: Any, prompt: list[int], *, max_tokens: int) -> dict[str, Any]:
+    """``Mode.DRAFT`` with the pair's fixed K: every round's draft, verify and overhead seconds."""
+    from specchat.engine.settings import Mode
+
+    pair.target.clear()
+    if pair.draft is not None:
+        pair.draft.clear()
+    done, rounds = _consume(pair.generate(prompt, mode=Mode.DRAFT, max_tokens=max_tokens))
+    drafting = [r for r in rounds if r.drafted]
+    return {
+        "rounds": len(rounds), "drafting_rounds": len(drafting), "tokens": done.stats.tokens,
+        "k": [r.k for r in drafting], "accepted": [r.accepted for r in drafting],
+        "draft_s": [r.draft_s for r in drafting], "verify_s": [r.verify_s for r in drafting],
+        "overhead_s": [r.overhead_s for r in drafting],
+    }
+
+
+def measure_lookup(pair: Any, history: list[int], k: int, reps: int) -> list[float]:
+    """One prompt-lookup proposal over ``history`` (the drafter's own timer)."""
+    out = []
+    for _ in range(reps):
+        pair.lookup.reset()
+        pair.lookup.propose(history, k)
+        out.append(pair.lookup.last_seconds)
+    return out
+
+
+def realistic_prompt(model: Any, depth: int) -> list[int]:
+    """``depth`` tokens of ordinary text through the real tokenizer."""
+    text = ("Speculative decoding lets a small draft model propose tokens that the large model "
+            "verifies in one batch; accepted tokens cost a fraction of a step. ") * 64
+    tokens = model.tokenize(text, add_special=False)
+    while len(tokens) < depth:
+        tokens = tokens + tokens
+    return tokens[:depth]
+
+
+# --------------------------------------------------------------------------------------------
+# the profile
+# --------------------------------------------------------------------------------------------
+
+PROFILE_KEYS = ("specchat_cost_profile", "name", "title", "kind", "hardware", "target", "draft", "token_s",
+                "verify_x", "draft_x", "overhead_s", "notes")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
+
+
+def robust_rsd(values: Sequence[float]) -> float:
+    """The relative standard deviation, estimated from the median absolute deviation."""
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return 1.4826 * mad / med if med > 0 else 0.0
+
+
+def _sourced(value: float, source: str) -> dict[str, Any]:
+    return {"value": round(value, 9), "source": source}
+
+
+def build_profile(m: dict[str, Any], *, hardware: str, kind: str, shapes: str, date: str) -> dict[str, Any]:
+    """The cost profile (docs: the schema) from :func:`measure_all`'s numbers."""
+    verify = {int(n): min(v) for n, v in m["verify_s"].items()}
+    token_s = verify[1]
+    src = f"measured by scripts/gpu_kit.py on {hardware}, {date}, llama-cpp-python {m['llama_cpp_python']}"
+    src += f" {m['backend']}"
+    depth = m["depth"]
+    draft_token = min(m["draft"]["decode_s"]) + statistics.median(m["draft"]["greedy_choice_s"])
+    overhead = statistics.median(m["rounds"]["overhead_s"]) if m["rounds"]["overhead_s"] else 0.0
+    ones = m["verify_s"]["1"] if "1" in m["verify_s"] else m["verify_s"][1]
+    # robust: a shared machine adds rare long stalls that would swamp a plain standard deviation
+    noise = robust_rsd(ones)
+    target, draft = SHAPES[shapes]
+    name = f"{slug(hardware)}-{shapes}"
+    plain = m["plain"]
+    return {
+        "specchat_cost_profile": 1,
+        "name": name,
+        "title": f"{hardware}, {target.name} Q4_K_M target with a {draft.name} Q4_K_M draft (random weights)",
+        "kind": kind,
+        "hardware": f"{hardware}, llama.cpp {m['backend']} (llama-cpp-python {m['llama_cpp_python']})",
+        "target": f"{target.name} shape, Q4_K_M, random weights",
+        "draft": f"{draft.name} shape, Q4_K_M, random weights",
+        "token_s": _sourced(token_s, f"{src}: min of {len(ones)} one-token target decodes at depth {depth}"),
+        "verify_x": {str(n): (1.0 if n == 1 else _sourced(
+            verify[n] / token_s, f"derived: min of {len(m['verify_s'][str(n)])} decodes of {n} tokens "
+                                 f"({verify[n]:.6f} s) / token_s ({token_s:.6f} s); {src}"))
+                     for n in sorted(verify)},
+        "draft_x": _sourced(draft_token / token_s, f"derived: (min one-token draft decode + median greedy "
+                                                   f"choice) {draft_token:.6f} s / token_s; {src}"),
+        "overhead_s": _sourced(overhead, f"{src}: median RoundStats.overhead_s of "
+                                         f"{len(m['rounds']['overhead_s'])} draft rounds at K={m['k']}"),
+        "lookup_s": _sourced(statistics.median(m["lookup_s"]),
+                             f"{src}: median of {len(m['lookup_s'])} prompt-lookup proposals over {depth} tokens"),
+        "noise": _sourced(noise, f"derived: 1.4826 * MAD / median of the {len(ones)} one-token target decodes; {src}"),
+        "notes": [
+            "random weights: the costs are true, the text is meaningless; acceptance is not measured here",
+            f"all layers on the device (n_gpu_layers=-1), n_ctx {m['n_ctx']}, decodes at depth {depth}",
+            f"plain decode through SpecChat: {statistics.median(r['ratio'] for r in plain):.3f} of "
+            "llama-bench-style raw decode (median of the runs in measurements.json)",
+            f"random values are copies of one pool of 2^24 N(0, 0.02) values (seed {m['seed']})",
+        ],
+    }
+
+
+def check_profile(profile: dict[str, Any]) -> None:
+    missing = [k for k in PROFILE_KEYS if k not in profile]
+    if missing or "1" not in profile.get("verify_x", {}):
+        raise ValueError(f"profile lacks {', '.join(missing) or 'verify_x[1]'}")
+    if not re.fullmatch(r"[a-z0-9._-]+", profile["name"]):
+        raise ValueError(f"profile name {profile['name']!r} is not [a-z0-9._-]+")
+
+
+def write_json(path: Path, doc: Any) -> None:
+    from specchat.files import write_text_atomically
+
+    write_text_atomically(path, json.dumps(doc, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# the device side: build, then run
+# --------------------------------------------------------------------------------------------
+
+def use_site(site: Path) -> None:
+    """The carried wheels and the CUDA build first, then SpecChat's own sources."""
+    for p in (str(ROOT / "app"), str(site)):
+        if p not in sys.path and (p != str(site) or site.is_dir()):
+            sys.path.insert(0, p)
+
+
+def install_wheels(kit: Path, site: Path) -> None:
+    wheels = sorted((kit / "wheels").glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"{kit}/wheels: no wheels: run 'python scripts/gpu_kit.py pack' on a machine with network")
+    site.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--upgrade", "--target", str(site), *map(str, wheels)], check=True)
+
+
+def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
+    """Unpack the stripped sdist and build it into ``site`` (scikit-build-core from the image)."""
+    archives = sorted(kit.glob(f"{SDIST_NAME}*.tar.xz"))
+    if not archives:
+        raise SystemExit(f"{kit}: no {SDIST_NAME}-stripped.tar.xz: run 'python scripts/gpu_kit.py pack' first")
+    src_root = site.parent / "src"
+    shutil.rmtree(src_root, ignore_errors=True)
+    src_root.mkdir(parents=True)
+    with tarfile.open(archives[0], "r:xz") as tar:
+        tar.extractall(src_root, filter="data")
+    (src,) = [p for p in src_root.iterdir() if p.is_dir()]
+    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    env = dict(os.environ, CMAKE_ARGS=" ".join([*flags, *BUILD_FLAGS]), CMAKE_BUILD_PARALLEL_LEVEL=str(jobs))
+    print(f"building {src.name} ({'CPU' if cpu else 'CUDA sm_90'}, -j{jobs}); log: {log}", flush=True)
+    t0 = time.perf_counter()
+    with log.open("w") as out:
+        rc = subprocess.run([sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps",
+                             "--no-index", "--no-compile", "--upgrade", "--target", str(site), str(src)],
+                            env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        print("".join(log.read_text(errors="replace").splitlines(True)[-40:]))
+        raise SystemExit(f"the build failed ({rc}); the whole log is {log}")
+    print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def hardware_name(cpu: bool) -> str:
+    if not cpu:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=30, check=True).stdout.strip().splitlines()
+            if out:
+                return out[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+        return "unknown GPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "CPU " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU"
+
+
+def measure_all(target_path: Path, draft_path: Path, *, cpu: bool, depth: int, k: int, reps: int,
+                plain_tokens: int, round_tokens: int, seed: int) -> dict[str, Any]:
+    import llama_cpp
+
+    from specchat.engine.calibration import measure
+    from specchat.engine.pair import PairConfig, SpeculativePair
+    from specchat.engine.runtime import LoadedModel, ModelOptions, backend_info
+    from specchat.engine.settings import ControllerSettings
+
+    n_ctx = 4096
+    opts = ModelOptions(n_ctx=n_ctx, n_gpu_layers=0 if cpu else -1)
+    sizes = list(range(1, 18))
+    # a fixed K, every draft kept going (random weights: the draft's top probability is ~1/vocab)
+    # and no guard rail (acceptance is ~0 on random weights): every round drafts K tokens
+    controller = ControllerSettings(k_min=k, k_max=k, p_min=0.0, min_token_acceptance=0.0,
+                                    min_sequence_acceptance=0.0)
+    config = PairConfig(target=target_path, draft=draft_path, target_options=opts, controller=controller)
+    target = LoadedModel(target_path, opts, n_outputs=max(sizes))
+    try:
+        draft = LoadedModel(draft_path, opts, n_outputs=1)
+    except BaseException:
+        target.close()
+        raise
+    costs = measure(target, draft, k)  # the calibration the pair would run, kept among the numbers
+    with SpeculativePair.from_models(config, target, draft, costs) as pair:
+        info = backend_info()
+        print(f"  backend {info['backend']}, target {target.describe()}, draft {draft.describe()}", flush=True)
+        prompt = realistic_prompt(target, depth)
+        verify = measure_verify(target, depth=depth, sizes=sizes, reps=reps)
+        drafted = measure_draft(draft, depth=depth, reps=reps * 4)
+        plain = measure_plain(pair, prompt, max_tokens=plain_tokens, repeats=3)
+        rounds = measure_rounds(pair, prompt, max_tokens=round_tokens)
+        lookup = measure_lookup(pair, prompt, k, reps * 4)
+        return {
+            "llama_cpp_python": llama_cpp.__version__, "backend": info["backend"],
+            "system_info": info["system_info"], "target_file": target_path.name, "draft_file": draft_path.name,
+            "target_desc": target.describe(), "draft_desc": draft.describe(),
+            "target_bytes": target.size_bytes, "draft_bytes": draft.size_bytes, "n_ctx": n_ctx,
+            "n_threads": target.n_threads, "depth": depth, "k": k, "seed": seed,
+            "calibration": {"verify_s": {str(n): v for n, v in costs.verify_s.items()},
+                            "draft_s": dict(costs.draft_s)},
+            "verify_s": {str(n): v for n, v in verify.items()}, "draft": drafted, "plain": plain,
+            "rounds": rounds, "lookup_s": lookup,
+        }
+
+
+def run_simulate(profile: Path, site: Path) -> str:
+    """``specchat simulate`` on every committed trace; says so when there is none, or no command."""
+    traces = sorted((ROOT / "docs" / "traces").glob("*.json"))
+    if not traces:
+        return "no committed traces in docs/traces: nothing simulated\n"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
+                                                                   str(ROOT / "app")) if p))
+    parts = []
+    for trace in traces:
+        cmd = [sys.executable, "-m", "specchat", "simulate", "--trace", str(trace), "--profile", str(profile)]
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        head = f"$ specchat simulate --trace docs/traces/{trace.name} --profile {profile.name}"
+        body = res.stdout + res.stderr
+        if res.returncode != 0 and "simulate" in body and "unknown command" in body.lower():
+            body = "specchat simulate is not there yet (engine/simulate.py): " + body.strip() + "\n"
+        parts.append(f"{head}\n{body}(exit {res.returncode})\n")
+    return "\n".join(parts)
+
+
+def summary_lines(m: dict[str, Any], profile: dict[str, Any]) -> list[str]:
+    verify = profile["verify_x"]
+    x = {n: (v if isinstance(v, float) else v["value"]) for n, v in verify.items()}
+    plain = m["plain"]
+    r = m["rounds"]
+    wall = [d + v + o for d, v, o in zip(r["draft_s"], r["verify_s"], r["overhead_s"], strict=True)]
+    share = statistics.median(o / w for o, w in zip(r["overhead_s"], wall, strict=True) if w > 0) if wall else 0.0
+    return [
+        f"hardware: {profile['hardware']}",
+        f"target {m['target_desc']} ({m['target_bytes'] / 1e9:.2f} GB), draft {m['draft_desc']} "
+        f"({m['draft_bytes'] / 1e9:.2f} GB), depth {m['depth']}",
+        "plain decode: " + ", ".join(f"{p['baseline_tok_s']:.1f} vs raw {p['raw_tok_s']:.1f} tok/s "
+                                     f"({p['ratio']:.3f})" for p in plain),
+        f"token_s {profile['token_s']['value'] * 1e3:.3f} ms; verify_x "
+        + " ".join(f"{n}:{x[n]:.2f}" for n in sorted(x, key=int)),
+        f"draft token {profile['draft_x']['value'] * profile['token_s']['value'] * 1e3:.3f} ms "
+        f"(draft_x {profile['draft_x']['value']:.3f}; greedy choice "
+        f"{statistics.median(m['draft']['greedy_choice_s']) * 1e3:.3f} ms of it)",
+        f"loop overhead per round (K={m['k']}, {len(r['overhead_s'])} rounds): median "
+        f"{profile['overhead_s']['value'] * 1e3:.3f} ms, {share:.1%} of a round "
+        f"(round {statistics.median(wall) * 1e3 if wall else 0:.2f} ms)",
+        f"prompt lookup {profile['lookup_s']['value'] * 1e6:.1f} us; noise {profile['noise']['value']:.3f}",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------
+
+def folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    sdist = args.sdist
+    if sdist is None:
+        sdist = Path("/tmp/sdist") / f"{SDIST_NAME}.tar.gz"
+        if not sdist.is_file():
+            sdist = fetch_sdist(sdist.parent)
+    if not sdist.is_file():
+        raise SystemExit(f"{sdist}: no such sdist: give --sdist FILE or let pack download it")
+    stripped = out / f"{SDIST_NAME}-stripped.tar.xz"
+    t0 = time.perf_counter()
+    kept, dropped = strip_sdist(sdist, stripped)
+    print(f"{stripped.name}: {kept} members kept, {dropped} dropped, {stripped.stat().st_size / 2**20:.1f} MiB "
+          f"({time.perf_counter() - t0:.0f} s)")
+    source = args.tokenizer_from or test_model_path()
+    if source is None or not source.is_file():
+        raise SystemExit(f"no {TEST_MODEL} to copy the tokenizer from: run scripts/test_models.py, "
+                         "or give --tokenizer-from FILE")
+    tok = write_tokenizer_gguf(source, out / TOKENIZER_FILE)
+    print(f"{TOKENIZER_FILE}: {tok.n_tokens} tokens, {len(tok.fields)} keys from {source.name}, "
+          f"{(out / TOKENIZER_FILE).stat().st_size / 2**20:.1f} MiB")
+    wheels = fetch_wheels(out / "wheels")
+    print("wheels: " + ", ".join(w.name for w in wheels))
+    size = folder_size(out)
+    print(f"{out}: {size / 2**20:.1f} MiB (limit {KIT_LIMIT_BYTES >> 20} MiB)")
+    return 0 if size <= KIT_LIMIT_BYTES else 1
+
+
+def test_model_path() -> Path | None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import test_models
+    except ImportError:
+        return None
+    return Path(test_models.cache_dir()) / TEST_MODEL
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    install_wheels(args.kit, args.site)
+    build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.shapes == "qwen7b" and args.cpu:
+        print("note: the 7B shape on a CPU takes a long time and ~20 GB of disk", flush=True)
+    if not args.skip_build:
+        cmd_build(args)
+    elif (args.kit / "wheels").is_dir():
+        install_wheels(args.kit, args.site)
+    use_site(args.site)
+    try:
+        import llama_cpp
+    except ImportError:
+        raise SystemExit(f"no llama_cpp in {args.site} or this Python: run the build call first "
+                         "(a machine that went back keeps no build)") from None
+    if not args.cpu and not llama_cpp.llama_supports_gpu_offload():
+        raise SystemExit(f"{llama_cpp.__file__}: this llama-cpp-python has no GPU offload: run the build call "
+                         "(or use --cpu)")
+    tok_file = args.kit / TOKENIZER_FILE
+    if not tok_file.is_file():
+        source = test_model_path()
+        if source is None or not source.is_file():
+            raise SystemExit(f"{tok_file}: missing: run 'python scripts/gpu_kit.py pack' first")
+        tok_file = source
+    tokenizer = Tokenizer.from_gguf(tok_file)
+    target_shape, draft_shape = SHAPES[args.shapes]
+    threads = os.cpu_count() or 1
+    print(f"synthesising {target_shape.name} and {draft_shape.name} in {args.work}", flush=True)
+    target = synthesise(target_shape, tokenizer, args.work, threads=threads, seed=args.seed)
+    draft = synthesise(draft_shape, tokenizer, args.work, threads=threads, seed=args.seed + 1)
+    print("measuring", flush=True)
+    m = measure_all(target, draft, cpu=args.cpu, depth=args.depth, k=args.k, reps=args.reps,
+                    plain_tokens=args.plain_tokens, round_tokens=args.round_tokens, seed=args.seed)
+    hardware = hardware_name(args.cpu)
+    date = _dt.date.today().isoformat()
+    m["hardware"], m["date"] = hardware, date
+    profile = build_profile(m, hardware=hardware, kind="measured-cpu" if args.cpu else "measured-gpu",
+                            shapes=args.shapes, date=date)
+    check_profile(profile)
+    args.out.mkdir(parents=True, exist_ok=True)
+    profile_path = args.out / f"profile-{profile['name']}.json"
+    write_json(profile_path, profile)
+    write_json(args.out / "measurements.json", m)
+    lines = summary_lines(m, profile)
+    print("\n".join(lines), flush=True)
+    sim = run_simulate(profile_path, args.site)
+    from specchat.files import write_text_atomically
+
+    write_text_atomically(args.out / "simulate.txt", sim)
+    print(sim, flush=True)
+    print(f"wrote {profile_path}, {args.out / 'measurements.json'}, {args.out / 'simulate.txt'}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpu_kit.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    pack = sub.add_parser("pack", help="make the carry folder (here, with the network)")
+    pack.add_argument("--sdist", type=Path, help=f"{SDIST_NAME}.tar.gz (default: /tmp/sdist, else pip download)")
+    pack.add_argument("--out", type=Path, default=ROOT / "gpu-kit")
+    pack.add_argument("--tokenizer-from", type=Path, help=f"a Qwen2.5 GGUF (default: the test model {TEST_MODEL})")
+    for name, help_ in (("build", "build llama-cpp-python with CUDA (its own device call)"),
+                        ("run", "synthesise, measure, write the profile (the next device call)")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
+        s.add_argument("--site", type=Path, default=DEFAULT_SITE)
+        s.add_argument("--cpu", action="store_true", help="no GPU: CPU build, n_gpu_layers=0")
+        s.add_argument("--jobs", type=int, default=16)
+    run = sub.choices["run"]
+    run.add_argument("--out", type=Path, default=Path("gpu-kit-out"))
+    run.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where the GGUFs are made (~20 GB for qwen7b)")
+    run.add_argument("--shapes", choices=sorted(SHAPES), default="qwen7b")
+    run.add_argument("--skip-build", action="store_true", help="use the build of the previous call (or this Python's)")
+    run.add_argument("--depth", type=int, default=256, help="tokens in the cache while measuring")
+    run.add_argument("--k", type=int, default=8, help="the fixed draft length of the overhead rounds")
+    run.add_argument("--reps", type=int, default=7, help="repeats of each verify size")
+    run.add_argument("--plain-tokens", type=int, default=128)
+    run.add_argument("--round-tokens", type=int, default=200)
+    run.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return {"pack": cmd_pack, "build": cmd_build, "run": cmd_run}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
