@@ -54,6 +54,16 @@ _positive_int = _int_in(1, 1 << 20)
 MAX_CTX = 1 << 24  # 16M tokens: past any model's trained context; beyond it only arithmetic overflows
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
+    return v
+
+
 def _setting(key: str) -> Callable[[str], int]:
     """An argparse type checked like the config's ``key`` (one range for the flag and the file)."""
     def parse(text: str) -> int:
@@ -124,8 +134,24 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--max-tokens", type=_positive_int, default=128)
     bench.add_argument("--repeat", type=_positive_int, default=1)
     bench.add_argument("--json", type=Path, default=None, help="write every run as JSON here")
+    bench.add_argument("--trace", type=Path, metavar="FILE", default=None,
+                       help="also record an agreement trace of the suite here (hardware-independent, for "
+                            "'specchat simulate') and check the simulator against this run")
+    bench.add_argument("--trace-k-max", type=_int_in(1, 64), default=16, metavar="N",
+                       help="draft tokens per position the trace records (default 16)")
+    bench.add_argument("--save-profile", type=Path, metavar="FILE", default=None,
+                       help="write this machine's cost profile (from the calibration and the measured rounds)")
     bench.add_argument("--reference", action="store_true",
                        help="also measure llama-bench-style raw decode speed (no sampling, no loop)")
+
+    sim = sub.add_parser("simulate", help="replay an agreement trace against a cost profile, with the real controller")
+    sim.add_argument("--trace", type=Path, action="append", required=True, metavar="FILE",
+                     help="a trace from 'specchat bench --trace' (repeatable)")
+    sim.add_argument("--profile", dest="cost_profile", action="append", required=True, metavar="PROFILE",
+                     help="a shipped profile's name, 'all' (every shipped one) or a profile file (repeatable)")
+    sim.add_argument("--noise", type=_fraction, default=None, help="replace the profiles' relative timing noise")
+    sim.add_argument("--seed", type=_int_in(0, 1 << 30), default=0, help="seed of the simulated noise")
+    sim.add_argument("--json", type=Path, default=None, metavar="FILE", help="write every figure as JSON here")
 
     models = sub.add_parser("models", help="the model manager: list, pull, import, check, fit")
     msub = models.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
@@ -275,7 +301,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from specchat.cli_simulate import bench_extras
     from specchat.engine.bench import format_table, run_bench, summarize
+    from specchat.engine.controller import CostModel
     from specchat.engine.runtime import backend_info
     from specchat.engine.settings import Mode
     from specchat.engine.suite import SuiteError, load_suite
@@ -309,9 +337,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"{run.decode_tok_s:.1f} tok/s{acc}", file=sys.stderr, flush=True)
 
         calibrated = {"verify_s": dict(c.verify_s), "draft_s": dict(c.draft_s)}  # before the run's learning
+        calibration = CostModel(c.verify_s, c.draft_s)
         reference = args.reference and Mode.BASELINE in modes
+        rounds: list = []
         runs, refs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat,
-                               sampling=sampling, reference=reference, progress=progress)
+                               sampling=sampling, reference=reference, progress=progress, rounds=rounds)
         rows = summarize(runs, modes)
         print(format_table(rows))
         if refs:
@@ -333,6 +363,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "runs": [r.to_json() for r in runs],
             }
             args.json.write_text(json.dumps(doc, indent=1))
+        bench_extras(args, pair, prompts, modes, rows, rounds, calibration, info["backend"])
     return 0
 
 
@@ -378,6 +409,10 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
             return cmd_bench(args)
         if args.command == "models":
             return cmd_models(args)
+        if args.command == "simulate":
+            from specchat.cli_simulate import cmd_simulate
+
+            return cmd_simulate(args)
         raise CliError("no command given")
     except CliError as exc:
         print(f"specchat: {exc}" if not str(exc).startswith("specchat") else str(exc), file=sys.stderr)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from specchat import metrics
 from specchat.metrics import Counts, CountsView
 
-from .events import Done, Error, Fallback, TokensEmitted
+from .events import Done, Error, Fallback, RoundStats, TokensEmitted
 from .pair import SpeculativePair
 from .settings import Mode, SamplingSettings
 from .suite import BenchPrompt
@@ -75,7 +75,8 @@ class BenchRow:
 
 
 def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int, *, max_tokens: int,
-            sampling: SamplingSettings) -> BenchRun:
+            sampling: SamplingSettings, rounds: list[RoundStats] | None = None) -> BenchRun:
+    """One generation from cold caches; its rounds are appended to ``rounds`` when given."""
     pair.target.clear()
     if pair.draft is not None:
         pair.draft.clear()
@@ -90,6 +91,8 @@ def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int,
             text.append(ev.text)
         elif isinstance(ev, Fallback):
             fallbacks.append(ev.reason)
+        elif isinstance(ev, RoundStats) and rounds is not None:
+            rounds.append(ev)
         elif isinstance(ev, Error):
             raise RuntimeError(f"{prompt.id} ({mode.value}): {ev.message}")
         elif isinstance(ev, Done):
@@ -117,14 +120,17 @@ class ReferenceRun:
 
 def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequence[Mode], *, max_tokens: int,
               repeat: int, sampling: SamplingSettings, reference: bool = False,
-              progress: Callable[[BenchRun], None] | None = None) -> tuple[list[BenchRun], list[ReferenceRun]]:
+              progress: Callable[[BenchRun], None] | None = None,
+              rounds: list[RoundStats] | None = None) -> tuple[list[BenchRun], list[ReferenceRun]]:
+    """Every run of the schedule; each run's rounds are appended to ``rounds`` when given (a cost profile
+    of this machine is made from them)."""
     runs: list[BenchRun] = []
     refs: list[ReferenceRun] = []
     for prompt in prompts:
         for r in range(repeat):
             # forward on even repeats, backward on odd ones: a drift during the run hits every mode alike
             for mode in (modes if r % 2 == 0 else list(reversed(modes))):
-                run = run_one(pair, prompt, mode, r, max_tokens=max_tokens, sampling=sampling)
+                run = run_one(pair, prompt, mode, r, max_tokens=max_tokens, sampling=sampling, rounds=rounds)
                 runs.append(run)
                 if progress:
                     progress(run)

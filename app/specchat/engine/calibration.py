@@ -44,7 +44,8 @@ def _key(model: LoadedModel, what: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
-def _sizes(k_max: int) -> list[int]:
+def batch_sizes(k_max: int) -> list[int]:
+    """The target batch sizes a calibration measures for drafts up to ``k_max``."""
     return sorted({1, 2, 3, 5, k_max + 1} | ({9} if k_max + 1 > 9 else set()))
 
 
@@ -76,7 +77,7 @@ def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
     timed(target, 1, "all")  # warm-up: first decode allocates buffers
     # the minimum of a few repeats: a shared machine only ever adds time; one token is the
     # reference every decision compares against, so it gets the most repeats
-    for n in _sizes(k_max):
+    for n in batch_sizes(k_max):
         reps = 4 if n == 1 else 2 if n <= 3 else 1
         costs.verify_s[n] = min(timed(target, n, "all") for _ in range(reps))
     if draft is not None:
@@ -137,7 +138,7 @@ def entry_costs(entry: object, k_max: int = 0) -> CostModel | None:
     # the prompt-lookup drafter costs nothing by definition; a model drafter always costs something
     if not all(isinstance(d, str) and _is_cost(v, zero_ok=d != "model") for d, v in draft.items()):
         return None
-    if k_max > 0 and any(str(n) not in verify for n in _sizes(k_max)):
+    if k_max > 0 and any(str(n) not in verify for n in batch_sizes(k_max)):
         return None
     return CostModel({int(n): float(v) for n, v in verify.items()}, {d: float(v) for d, v in draft.items()})
 

@@ -1,0 +1,210 @@
+"""The simulator: the same rounds as the engine, the real controller's decisions, honest tables.
+
+The exactness tests run the real generation loop on the fake table model (tests/fakes.py),
+record a trace of the same pair, and replay it: with a fixed K (no decision that depends on
+timing), every round the simulator produces must be the engine's round.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeSpec, fake_pair
+from specchat.engine import Mode, RoundStats
+from specchat.engine.pair import PairConfig
+from specchat.engine.settings import ControllerSettings, Drafter
+from specchat.engine.simulate import (
+    Clock,
+    CostProfile,
+    Policy,
+    ProfileError,
+    answer,
+    controller_for,
+    fixed_k,
+    format_result,
+    goals,
+    load_profile,
+    replay_bench,
+    shipped_profiles,
+    simulate,
+)
+from specchat.engine.suite import BenchPrompt
+from specchat.engine.trace import PromptTrace, Trace, record_prompt
+
+MSGS = ({"role": "user", "content": "hello"},)
+
+
+def no_guards(k: int) -> ControllerSettings:
+    return ControllerSettings(k_min=k, k_max=k, p_min=0.0, min_token_acceptance=0.0, min_sequence_acceptance=0.0,
+                              fallback_warning_share=1.0)
+
+
+def shape(r: RoundStats) -> tuple:
+    return (r.drafter.value, r.k, r.drafted, r.accepted, r.emitted, r.catch_up)
+
+
+def engine_rounds(pair, prompt: list[int], mode: Mode, max_tokens: int) -> list[RoundStats]:
+    return [ev for ev in pair.generate(prompt, mode=mode, max_tokens=max_tokens) if isinstance(ev, RoundStats)]
+
+
+GPU = CostProfile("gpu-test", "a GPU-like machine", "published", 0.010,
+                  {1: 1.0, 2: 1.1, 3: 1.15, 5: 1.3, 9: 1.7, 17: 2.4}, 0.15, overhead_s=0.0002)
+CPU = CostProfile("cpu-test", "a CPU-like machine", "measured-cpu", 0.063,
+                  {1: 1.0, 2: 1.75, 3: 2.1, 5: 2.65, 9: 4.8, 17: 9.0}, 0.53, overhead_s=0.0002)
+
+
+@pytest.mark.parametrize("mode,k", [(Mode.DRAFT, 1), (Mode.DRAFT, 3), (Mode.DRAFT, 8), (Mode.LOOKUP, 5)])
+@pytest.mark.parametrize("miss_every,answer_tokens,max_tokens", [(4, 70, 300), (0, 50, 300), (3, 200, 45),
+                                                                  (7, 64, 65)])
+def test_the_simulator_plays_the_engines_rounds(mode, k, miss_every, answer_tokens, max_tokens):
+    settings = no_guards(k)
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf"), controller=settings),
+                     FakeSpec(answer_tokens=answer_tokens, miss_every=miss_every))
+    prompt = pair.chat_prompt(list(MSGS)).tokens
+    engine = engine_rounds(pair, prompt, mode, max_tokens)
+    pt = record_prompt(pair.target, pair.draft, BenchPrompt("p", "chat", MSGS), prompt, max_tokens=max_tokens,
+                       k_max=16, lookup_ngram=settings.lookup_ngram)
+    policy = Policy("x", "x", mode, settings)
+    simulated: list[RoundStats] = []
+    clock = Clock(GPU, 0)
+    counts = answer(controller_for(policy, clock), policy, pt, clock, on_round=simulated.append)
+    assert [shape(r) for r in simulated] == [shape(r) for r in engine]
+    assert counts.tokens == min(answer_tokens, max_tokens)
+    assert any(r.drafted for r in engine)  # the case drafted something
+
+
+def test_a_trace_records_what_the_draft_gets_right():
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")), FakeSpec(answer_tokens=40, miss_every=4))
+    prompt = pair.chat_prompt(list(MSGS)).tokens
+    pt = record_prompt(pair.target, pair.draft, BenchPrompt("p", "chat", MSGS), prompt, max_tokens=100, k_max=6,
+                       lookup_ngram=3)
+    assert pt.ended and len(pt.tokens) == 41  # 40 answer tokens and the end of turn
+    # the draft misses answer positions 3, 7, 11, ...: from position i it is right up to the next miss
+    assert pt.draft_match[:8] == [2, 1, 0, 3, 2, 1, 0, 3]
+    assert all(len(row) == 6 for row in pt.draft_p) and all(p >= 999 for row in pt.draft_p for p in row)
+    assert pt.draft_match[-1] == 1  # only the end of turn is left to match
+    assert len(pt.draft_match) == len(pt.lookup_len) == len(pt.tokens) - 1
+
+
+def synthetic(acceptance: float, *, n: int = 160, k_max: int = 16, seed: int = 0, task: str = "code",
+              confident: bool = True) -> PromptTrace:
+    """A trace where each drafted token is right with probability ``acceptance``; the draft's confidence is
+    high on the tokens it gets right and low on the first one it gets wrong when ``confident``."""
+    rng = random.Random(seed)
+    match, p = [], []
+    for i in range(n - 1):
+        m = 0
+        while m < min(k_max, n - 1 - i) and rng.random() < acceptance:
+            m += 1
+        match.append(m)
+        p.append([(950 if j < m else 300) if confident else 900 for j in range(k_max)])
+    return PromptTrace(f"{task}-{seed}", task, 40, n, list(range(n)), True, match, p, p, [0] * (n - 1),
+                       [0] * (n - 1))
+
+
+def trace_of(*prompts: PromptTrace, k_max: int = 16) -> Trace:
+    return Trace("t.gguf", "d.gguf", k_max, 3, list(prompts))
+
+
+def test_a_fixed_k_simulation_charges_what_the_profile_says():
+    # the draft is always right: K = 3 emits 4 tokens a round; the first round's draft has nothing to catch up
+    pt = synthetic(1.0, n=41)
+    result = simulate(trace_of(pt), GPU, [Policy("plain", "plain", Mode.BASELINE, ControllerSettings()), fixed_k(3)])
+    plain, k3 = result.counts["plain"]["all"], result.counts["k3"]["all"]
+    assert plain.decode_s == pytest.approx(40 * (0.010 + 0.0002))  # 41 tokens: the first from the prefill
+    assert k3.rounds == 10 and k3.accepted == 30 and k3.drafted == 30
+    # each round: seed decode of 2 tokens (the last drafted token was not decoded) + 2 single decodes + verify 4
+    draft_round = 0.0015 * 1.1 + 2 * 0.0015
+    first = 0.0015 * 1.0 + 2 * 0.0015  # nothing to catch up in the first round
+    assert k3.decode_s == pytest.approx(first + 9 * draft_round + 10 * (0.010 * 1.225 + 0.0002))
+
+
+def test_profiles_ship_and_load():
+    names = shipped_profiles()
+    assert len(names) >= 3
+    for name in names:
+        p = load_profile(name)
+        assert p.name == name and p.token_s > 0 and p.verify_x[1] == 1.0
+        assert p.kind != "published" or all(p.sources.get(k) for k in ("token_s", "draft_x", "overhead_s"))
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ("not json", "not JSON"),
+    ("[]", "not a SpecChat cost profile"),
+    ('{"specchat_cost_profile": 1, "name": "../x", "kind": "published"}', "'name'"),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "guess"}', "'kind'"),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "published", "token_s": -1}', "'token_s'"),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "published", "token_s": 0.01, "verify_x": {"2": 1.1}}',
+     '"1": 1.0'),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "published", "token_s": 0.01, '
+     '"verify_x": {"1": 1, "4": 0.5}, "draft_x": 0.1}', "must not fall"),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "published", "token_s": 0.01, '
+     '"verify_x": {"1": 1, "1e9": 2}, "draft_x": 0.1}', "batch size"),
+    ('{"specchat_cost_profile": 1, "name": "x", "kind": "published", "token_s": 0.01, '
+     '"verify_x": {"1": 1}, "draft_x": {"value": "a lot"}}', "'draft_x'"),
+])
+def test_a_bad_profile_is_one_line(tmp_path, doc, needle):
+    path = tmp_path / "p.json"
+    path.write_text(doc)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert needle in str(err.value) and "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_an_unknown_profile_name_lists_the_shipped_ones():
+    with pytest.raises(ProfileError, match="rtx3090"):
+        load_profile("no-such-gpu")
+
+
+def test_auto_speculates_where_it_pays_and_not_where_it_cannot():
+    tr = trace_of(synthetic(0.9, seed=1), synthetic(0.9, seed=2))
+    gpu = simulate(tr, GPU)
+    assert gpu.multiplier("auto", "all") > 1.5  # a cheap verify and 90% acceptance: a large win
+    cpu = simulate(tr, CPU)
+    assert cpu.multiplier("auto", "all") >= 0.97  # never a loss to speak of where verifying costs K times
+    assert cpu.multiplier("k4", "all") < 0.9  # ... where a fixed draft length loses
+
+
+def test_auto_stays_near_plain_where_the_draft_is_wrong():
+    tr = trace_of(synthetic(0.2, seed=3, confident=False), synthetic(0.2, seed=4, confident=False))
+    result = simulate(tr, GPU)
+    assert result.multiplier("auto", "all") >= 0.95
+    assert result.multiplier("k8", "all") < 0.8
+
+
+def test_the_table_names_the_goals():
+    result = simulate(trace_of(synthetic(0.8)), GPU)
+    text = format_result(result)
+    assert "auto / best K" in text and "goal: auto >= 0.97x the best fixed K per task" in text
+    assert [g for g, _, _ in goals(result)][0].startswith("auto >= 0.97x")
+
+
+def test_replaying_the_bench_schedule_keeps_one_controller():
+    tr = trace_of(synthetic(0.95, seed=5), synthetic(0.95, seed=6, task="chat"))
+    out = replay_bench(tr, GPU, [Mode.BASELINE, Mode.DRAFT, Mode.AUTO], repeat=3)
+    assert set(out) == {"baseline", "draft", "auto"} and set(out["draft"]) == {"code", "chat", "all"}
+    assert out["draft"]["all"].decode_tok_s > out["baseline"]["all"].decode_tok_s
+    with pytest.raises(ProfileError, match="larger --trace-k-max"):
+        replay_bench(trace_of(synthetic(0.9, k_max=4), k_max=4), GPU, [Mode.AUTO], repeat=1)
+
+
+def test_a_measured_profile_round_trips(tmp_path):
+    from specchat.engine.controller import CostModel
+    from specchat.engine.simulate import measured_profile, save_profile
+
+    rounds = [RoundStats(i, Drafter.NONE, 0, 0, 0, 1, 0.0, 0.060 + 0.001 * (i % 3), 0.0002) for i in range(20)]
+    rounds += [RoundStats(i, Drafter.MODEL, 3, 3, 2, 3, 0.1, 0.150, 0.0003) for i in range(6)]
+    cal = CostModel({1: 0.05, 2: 0.09, 3: 0.11, 5: 0.14, 9: 0.25}, {"model": 0.03, "lookup": 0.0})
+    p = measured_profile("cpu-test", "test", rounds, cal)
+    assert p.token_s == pytest.approx(0.061) and p.verify_x[4] == pytest.approx(0.150 / 0.061)
+    assert p.verify_x[9] == pytest.approx(0.25 / 0.05 * 0.061 / 0.061)  # calibration's shape where unmeasured
+    assert p.draft_x == pytest.approx(0.1 / 3 / 0.061)  # drafted == k: k decodes
+    path = tmp_path / "cpu-test.json"
+    save_profile(p, path)
+    again = load_profile(str(path))
+    assert again.verify_x == p.verify_x and again.kind == "measured-cpu"
+    assert json.loads(path.read_text())["token_s"]["source"].startswith("measured")
