@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -74,9 +75,10 @@ FILLER = 198  # "\n" in Qwen's vocabulary; a decode's cost does not depend on th
 # --------------------------------------------------------------------------------------------
 
 # Paths below the sdist's top folder that a CUDA build of the library never reads.  llama.cpp's
-# own models/ (tokenizer test vocabularies, 75 MB) and docs/ (38 MB) are most of the 217 MB.
+# own models/ (tokenizer test vocabularies, 75 MB), docs/ (38 MB) and the git history the sdist
+# carries (.git/, 38 MB packed) are most of the 217 MB.
 _DROP_PREFIXES = (
-    "docs/", "examples/", "tests/", "docker/", "scripts/", ".github/",
+    ".git/", "docs/", "examples/", "tests/", "docker/", "scripts/", ".github/", "vendor/llama.cpp/.git/",
     "vendor/llama.cpp/models/", "vendor/llama.cpp/docs/", "vendor/llama.cpp/tests/",
     "vendor/llama.cpp/benches/", "vendor/llama.cpp/tools/", "vendor/llama.cpp/examples/",
     "vendor/llama.cpp/pocs/", "vendor/llama.cpp/media/", "vendor/llama.cpp/gguf-py/",
@@ -407,8 +409,12 @@ def measure_verify(target: Any, *, depth: int, sizes: Sequence[int], reps: int) 
 
 
 def measure_draft(draft: Any, *, depth: int, reps: int) -> dict[str, list[float]]:
-    """A draft token's parts as the drafter pays them: a one-token decode, then its greedy choice."""
+    """A draft token's parts as the drafter pays them: a one-token decode, then its greedy choice
+    against the default confidence floor (the rounds below use p_min 0, which skips the softmax)."""
     from specchat.engine.sampling import greedy_choice
+    from specchat.engine.settings import ControllerSettings
+
+    p_min = ControllerSettings().p_min
 
     fill_to(draft, depth)
     timed_decode(draft, 1, logits="last")
@@ -417,7 +423,7 @@ def measure_draft(draft: Any, *, depth: int, reps: int) -> dict[str, list[float]
         decode_s.append(timed_decode(draft, 1, logits="last"))
         draft.decode([FILLER], logits="last")
         t0 = time.perf_counter()
-        greedy_choice(draft.logits(-1))
+        greedy_choice(draft.logits(-1), p_min)
         choice_s.append(time.perf_counter() - t0)
         draft.trim(depth)
     draft.clear()
@@ -459,15 +465,16 @@ def measure_plain(pair: Any, prompt: list[int], *, max_tokens: int, repeats: int
     return runs
 
 
-def measure_rounds(pair: Any, prompt: list[int], *, max_tokens: int) -> dict[str, Any]:
-    """``Mode.DRAFT`` with the pair's fixed K: every round's draft, verify and overhead seconds."""
+def measure_rounds(pair: Any, prompt: list[int], *, k: int, max_tokens: int) -> dict[str, Any]:
+    """``Mode.DRAFT`` with the pair's fixed K: the draft, verify and overhead seconds of every round
+    that drafted K tokens (the last rounds draft fewer, to stay within ``max_tokens``)."""
     from specchat.engine.settings import Mode
 
     pair.target.clear()
     if pair.draft is not None:
         pair.draft.clear()
     done, rounds = _consume(pair.generate(prompt, mode=Mode.DRAFT, max_tokens=max_tokens))
-    drafting = [r for r in rounds if r.drafted]
+    drafting = [r for r in rounds if r.drafted == k]
     return {
         "rounds": len(rounds), "drafting_rounds": len(drafting), "tokens": done.stats.tokens,
         "k": [r.k for r in drafting], "accepted": [r.accepted for r in drafting],
@@ -600,6 +607,70 @@ def install_wheels(kit: Path, site: Path) -> None:
                     "--upgrade", "--target", str(site), *map(str, wheels)], check=True)
 
 
+CUDA_SHIM = "specchat-kit-cuda.json"  # in the site: the cuBLAS libraries to preload, when the shim is used
+
+
+def _cublas_in_toolkit() -> bool:
+    nvcc = shutil.which("nvcc")
+    roots = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))]
+    if nvcc:
+        roots.append(Path(nvcc).resolve().parent.parent)
+    return any(any(r.glob(f"{d}/libcublas.so")) for r in roots for d in ("lib64", "lib", "targets/*/lib"))
+
+
+def _find_python_cublas() -> tuple[Path, Path, Path] | None:
+    """libcublas, libcublasLt and cublas_v2.h's folder from the Python ``nvidia`` packages
+    (PyTorch's own cuBLAS), or None."""
+    try:
+        import nvidia  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    found: dict[str, Path] = {}
+    for base in map(Path, getattr(nvidia, "__path__", [])):
+        for f in base.rglob("*"):
+            if re.fullmatch(r"libcublas\.so\.\d+", f.name):
+                found.setdefault("cublas", f)
+            elif re.fullmatch(r"libcublasLt\.so\.\d+", f.name):
+                found.setdefault("cublasLt", f)
+            elif f.name == "cublas_v2.h":
+                found.setdefault("include", f.parent)
+    if len(found) < 3:
+        return None
+    return found["cublas"], found["cublasLt"], found["include"]
+
+
+def cublas_flags(site: Path) -> list[str]:
+    """CMake flags that point llama.cpp at a cuBLAS when the CUDA toolkit has none (this workplace's
+    partial toolkits ship nvcc and cudart only): PyTorch's, through unversioned links."""
+    if _cublas_in_toolkit():
+        return []
+    hit = _find_python_cublas()
+    if hit is None:
+        print("warning: no libcublas.so in the CUDA toolkit nor in Python's nvidia packages: the build "
+              "will stop at CUDA::cublas", flush=True)
+        return []
+    cublas, cublas_lt, include = hit
+    shim = site.parent / "cublas-shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    for name, real in (("libcublas.so", cublas), ("libcublasLt.so", cublas_lt)):
+        link = shim / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(real)
+    site.mkdir(parents=True, exist_ok=True)
+    (site / CUDA_SHIM).write_text(json.dumps({"preload": [str(cublas_lt), str(cublas)]}))
+    print(f"cuBLAS from {cublas.parent} (the toolkit has none)", flush=True)
+    return [f"-DCUDA_cublas_LIBRARY={shim / 'libcublas.so'}", f"-DCUDA_cublasLt_LIBRARY={shim / 'libcublasLt.so'}",
+            f"-DCMAKE_CUDA_FLAGS=-I{include}", f"-DCMAKE_CXX_FLAGS=-I{include}"]
+
+
+def preload_cuda_shim(site: Path) -> None:
+    """Load the shim's cuBLAS globally, so the built library finds it without LD_LIBRARY_PATH."""
+    marker = site / CUDA_SHIM
+    if marker.is_file():
+        for lib in json.loads(marker.read_text()).get("preload", []):
+            ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+
+
 def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
     """Unpack the stripped sdist and build it into ``site`` (scikit-build-core from the image)."""
     archives = sorted(kit.glob(f"{SDIST_NAME}*.tar.xz"))
@@ -611,7 +682,7 @@ def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
     with tarfile.open(archives[0], "r:xz") as tar:
         tar.extractall(src_root, filter="data")
     (src,) = [p for p in src_root.iterdir() if p.is_dir()]
-    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90", *cublas_flags(site)]
     env = dict(os.environ, CMAKE_ARGS=" ".join([*flags, *BUILD_FLAGS]), CMAKE_BUILD_PARALLEL_LEVEL=str(jobs))
     print(f"building {src.name} ({'CPU' if cpu else 'CUDA sm_90'}, -j{jobs}); log: {log}", flush=True)
     t0 = time.perf_counter()
@@ -675,7 +746,7 @@ def measure_all(target_path: Path, draft_path: Path, *, cpu: bool, depth: int, k
         verify = measure_verify(target, depth=depth, sizes=sizes, reps=reps)
         drafted = measure_draft(draft, depth=depth, reps=reps * 4)
         plain = measure_plain(pair, prompt, max_tokens=plain_tokens, repeats=3)
-        rounds = measure_rounds(pair, prompt, max_tokens=round_tokens)
+        rounds = measure_rounds(pair, prompt, k=k, max_tokens=round_tokens)
         lookup = measure_lookup(pair, prompt, k, reps * 4)
         return {
             "llama_cpp_python": llama_cpp.__version__, "backend": info["backend"],
@@ -745,16 +816,15 @@ def folder_size(path: Path) -> int:
 def cmd_pack(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    sdist = args.sdist
-    if sdist is None:
-        sdist = Path("/tmp/sdist") / f"{SDIST_NAME}.tar.gz"
-        if not sdist.is_file():
-            sdist = fetch_sdist(sdist.parent)
-    if not sdist.is_file():
-        raise SystemExit(f"{sdist}: no such sdist: give --sdist FILE or let pack download it")
     stripped = out / f"{SDIST_NAME}-stripped.tar.xz"
     t0 = time.perf_counter()
-    kept, dropped = strip_sdist(sdist, stripped)
+    if args.sdist is not None:
+        if not args.sdist.is_file():
+            raise SystemExit(f"{args.sdist}: no such sdist: give the {SDIST_NAME}.tar.gz file, or no --sdist")
+        kept, dropped = strip_sdist(args.sdist, stripped)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:  # 76 MB, needed only until it is stripped
+            kept, dropped = strip_sdist(fetch_sdist(Path(tmp)), stripped)
     print(f"{stripped.name}: {kept} members kept, {dropped} dropped, {stripped.stat().st_size / 2**20:.1f} MiB "
           f"({time.perf_counter() - t0:.0f} s)")
     source = args.tokenizer_from or test_model_path()
@@ -794,6 +864,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif (args.kit / "wheels").is_dir():
         install_wheels(args.kit, args.site)
     use_site(args.site)
+    preload_cuda_shim(args.site)
     try:
         import llama_cpp
     except ImportError:
@@ -843,7 +914,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     pack = sub.add_parser("pack", help="make the carry folder (here, with the network)")
-    pack.add_argument("--sdist", type=Path, help=f"{SDIST_NAME}.tar.gz (default: /tmp/sdist, else pip download)")
+    pack.add_argument("--sdist", type=Path, help=f"{SDIST_NAME}.tar.gz (default: pip download it)")
     pack.add_argument("--out", type=Path, default=ROOT / "gpu-kit")
     pack.add_argument("--tokenizer-from", type=Path, help=f"a Qwen2.5 GGUF (default: the test model {TEST_MODEL})")
     for name, help_ in (("build", "build llama-cpp-python with CUDA (its own device call)"),

@@ -1,0 +1,231 @@
+"""scripts/gpu_kit.py: what can be proven without a GPU.
+
+The fast tier builds its own tiny tokenizer; the real tier copies the real Qwen tokenizer from
+the 0.5B test model's header, decodes a synthesised model through ``LoadedModel`` and runs the
+whole ``run --cpu --shapes tiny`` path.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tarfile
+from pathlib import Path
+
+import gguf
+import gpu_kit  # scripts/gpu_kit.py, put on sys.path by tests/conftest.py
+import numpy as np
+import pytest
+
+from specchat.models.gguf_header import validate_file
+
+TINY = gpu_kit.Shape("test-tiny", 2, 64, 2, 1, 128, None, tied=False)
+
+
+def fake_tokenizer(tmp_path: Path) -> gpu_kit.Tokenizer:
+    """A gpt2-style tokenizer of 300 tokens, written and read back as the kit reads Qwen's."""
+    src = tmp_path / "tok-src.gguf"
+    w = gguf.GGUFWriter(str(src), "qwen2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list([f"t{i}" for i in range(298)] + ["<|im_start|>", "<|im_end|>"])
+    w.add_token_types([1] * 298 + [3, 3])
+    w.add_token_merges(["t 1", "t 2"])
+    w.add_eos_token_id(299)
+    w.add_add_bos_token(False)
+    w.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    out = tmp_path / "tok.gguf"
+    gpu_kit.write_tokenizer_gguf(src, out)
+    return gpu_kit.Tokenizer.from_gguf(out)
+
+
+def test_the_tokenizer_file_holds_every_tokenizer_key_and_no_tensor(tmp_path):
+    tok = fake_tokenizer(tmp_path)
+    h = validate_file(tmp_path / "tok.gguf")
+    assert h.architecture == "qwen2"
+    assert h.tensors == [] or len(h.tensors) == 0
+    keys = {k for k, *_ in tok.fields}
+    assert {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+            "tokenizer.ggml.merges", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
+            "tokenizer.chat_template"} <= keys
+    assert tok.n_tokens == 300
+
+
+def test_synthesised_gguf_has_the_shape_and_a_padded_vocabulary(tmp_path):
+    tok = fake_tokenizer(tmp_path)
+    shape = gpu_kit.Shape("test-padded", 2, 64, 2, 1, 128, 320, tied=False)
+    path = tmp_path / "m.gguf"
+    n = gpu_kit.write_random_gguf(path, shape, tok, pool_size=1 << 12)
+    h = validate_file(path)  # SpecChat's own header reader accepts it, sizes included
+    assert h.architecture == "qwen2"
+    assert h.expected_file_size == path.stat().st_size
+    assert h.get_int("qwen2.block_count") == 2 and h.get_int("qwen2.embedding_length") == 64
+    assert h.get_int("qwen2.attention.head_count_kv") == 1
+    tokens = h.get("tokenizer.ggml.tokens")
+    assert len(tokens) == 320 and tokens[299] == "<|im_end|>" and tokens[300] == "[PAD300]"
+    types = h.get("tokenizer.ggml.token_type")
+    assert list(types[-20:]) == [gpu_kit.TOKEN_TYPE_UNUSED] * 20
+    names = [t.name for t in h.tensors]
+    assert len(names) == n == 3 + 2 * 12
+    assert "output.weight" in names and "blk.1.attn_k.bias" in names
+    r = gguf.GGUFReader(str(path))
+    by_name = {t.name: t for t in r.tensors}
+    assert list(by_name["blk.0.attn_k.weight"].shape) == [64, 32]  # ggml order: (n_embd, head_dim * n_head_kv)
+    assert list(by_name["token_embd.weight"].shape) == [64, 320]
+    emb = np.asarray(by_name["token_embd.weight"].data, dtype=np.float32)
+    assert np.isfinite(emb).all() and 0.005 < float(emb.std()) < 0.05  # small values keep activations finite
+    assert np.all(np.asarray(by_name["output_norm.weight"].data) == 1.0)
+
+
+def test_tied_shapes_have_no_output_matrix(tmp_path):
+    tok = fake_tokenizer(tmp_path)
+    shape = gpu_kit.Shape("test-tied", 1, 64, 2, 1, 128, None, tied=True)
+    gpu_kit.write_random_gguf(tmp_path / "t.gguf", shape, tok, pool_size=1 << 12)
+    assert "output.weight" not in [t.name for t in validate_file(tmp_path / "t.gguf").tensors]
+
+
+def test_a_vocabulary_smaller_than_the_tokenizer_is_refused(tmp_path):
+    tok = fake_tokenizer(tmp_path)
+    with pytest.raises(ValueError, match="cannot hold"):
+        gpu_kit.write_random_gguf(tmp_path / "x.gguf", gpu_kit.Shape("s", 1, 64, 2, 1, 128, 10, tied=True), tok)
+
+
+def test_the_real_shapes_match_the_qwen_configs():
+    assert gpu_kit.QWEN7B.head_dim == 128 and gpu_kit.QWEN7B.head_dim * gpu_kit.QWEN7B.n_head_kv == 512
+    plan = dict((n, d) for n, d, _ in gpu_kit.tensor_plan(gpu_kit.QWEN7B, 152064))
+    assert plan["blk.27.ffn_down.weight"] == (3584, 18944) and "output.weight" in plan
+    params = sum(math.prod(d) for d in plan.values())
+    assert 7.5e9 < params < 7.7e9  # Qwen2.5-7B: 7.61B parameters
+    small = dict((n, d) for n, d, _ in gpu_kit.tensor_plan(gpu_kit.QWEN05B, 151936))
+    assert "output.weight" not in small
+    assert 0.48e9 < sum(math.prod(d) for d in small.values()) < 0.5e9  # Qwen2.5-0.5B: 0.49B
+
+
+@pytest.mark.parametrize(("member", "kept"), [
+    ("llama_cpp_python-0.3.36/llama_cpp/llama_cpp.py", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml.c", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/vendor/miniaudio/miniaudio.h", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama.cpp", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp", False),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf", False),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/server/server.cpp", False),
+    ("llama_cpp_python-0.3.36/.git/modules/vendor/llama.cpp/objects/pack/p.pack", False),
+    ("llama_cpp_python-0.3.36/docs/index.md", False),
+])
+def test_the_stripped_sdist_keeps_what_a_cuda_build_reads(member, kept):
+    assert gpu_kit.sdist_keeps(member) is kept
+
+
+def test_strip_sdist_writes_an_xz_of_the_kept_members(tmp_path):
+    src = tmp_path / "s.tar.gz"
+    with tarfile.open(src, "w:gz") as tar:
+        for name in ("p/CMakeLists.txt", "p/vendor/llama.cpp/models/big.gguf", "p/vendor/llama.cpp/src/a.cpp"):
+            data = name.encode() * 10
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "s.tar.xz"
+    assert gpu_kit.strip_sdist(src, out) == (2, 1)
+    with tarfile.open(out, "r:xz") as tar:
+        assert tar.getnames() == ["p/CMakeLists.txt", "p/vendor/llama.cpp/src/a.cpp"]
+        assert tar.extractfile("p/CMakeLists.txt").read() == b"p/CMakeLists.txt" * 10
+
+
+def measurements() -> dict:
+    return {
+        "llama_cpp_python": "0.3.36", "backend": "CUDA", "depth": 256, "k": 8, "n_ctx": 4096, "seed": 0,
+        "verify_s": {str(n): [0.006 + 0.0004 * n, 0.0061 + 0.0004 * n, 0.0062 + 0.0004 * n] for n in range(1, 18)},
+        "draft": {"decode_s": [0.0020, 0.0021], "greedy_choice_s": [0.0001, 0.0001]},
+        "rounds": {"overhead_s": [0.0004, 0.0005, 0.0006], "draft_s": [0.02] * 3, "verify_s": [0.01] * 3},
+        "plain": [{"ratio": 0.98}, {"ratio": 0.97}],
+        "lookup_s": [3e-5, 4e-5, 5e-5],
+    }
+
+
+def test_the_profile_has_every_required_key_and_a_source_for_each_measured_number(tmp_path):
+    p = gpu_kit.build_profile(measurements(), hardware="NVIDIA H100 80GB HBM3", kind="measured-gpu",
+                              shapes="qwen7b", date="2026-11-21")
+    gpu_kit.check_profile(p)
+    assert p["name"] == "nvidia-h100-80gb-hbm3-qwen7b" and p["kind"] == "measured-gpu"
+    assert p["verify_x"]["1"] == 1.0 and sorted(p["verify_x"], key=int) == [str(n) for n in range(1, 18)]
+    assert p["verify_x"]["17"]["value"] == pytest.approx((0.006 + 0.0068) / 0.0064)  # the minimum of the repeats
+    assert p["token_s"]["value"] == pytest.approx(0.0064)
+    assert p["draft_x"]["value"] == pytest.approx(0.0021 / 0.0064)
+    assert p["overhead_s"]["value"] == pytest.approx(0.0005)
+    for key in ("token_s", "draft_x", "overhead_s", "lookup_s", "noise"):
+        assert "NVIDIA H100 80GB HBM3" in p[key]["source"] or p[key]["source"].startswith("derived:")
+    gpu_kit.write_json(tmp_path / "p.json", p)
+    assert json.loads((tmp_path / "p.json").read_text()) == p
+
+
+def test_a_profile_without_a_required_key_is_refused():
+    p = gpu_kit.build_profile(measurements(), hardware="x", kind="measured-gpu", shapes="qwen7b", date="d")
+    del p["draft_x"]
+    with pytest.raises(ValueError, match="draft_x"):
+        gpu_kit.check_profile(p)
+
+
+def test_the_noise_estimate_ignores_a_rare_stall():
+    assert gpu_kit.robust_rsd([1.0, 1.01, 0.99, 1.0, 50.0]) < 0.05
+
+
+# -- real tier: the real Qwen tokenizer, llama.cpp ------------------------------------------
+
+def test_the_real_qwen_tokenizer_is_copied_whole(qwen_draft, tmp_path):
+    out = tmp_path / gpu_kit.TOKENIZER_FILE
+    tok = gpu_kit.write_tokenizer_gguf(qwen_draft, out)
+    src, copy = validate_file(qwen_draft), validate_file(out)
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                "tokenizer.ggml.eos_token_id", "tokenizer.chat_template", "tokenizer.ggml.pre"):
+        assert copy.get(key) == src.get(key), key
+    assert tok.n_tokens == 151936 and out.stat().st_size < 8 << 20
+
+
+def test_a_synthesised_quantised_model_loads_and_decodes(qwen_draft, tmp_path):
+    from specchat.engine.runtime import LoadedModel, ModelOptions
+
+    tok = gpu_kit.Tokenizer.from_gguf(qwen_draft)
+    path = gpu_kit.synthesise(TINY, tok, tmp_path, threads=2, seed=3)
+    with LoadedModel(path, ModelOptions(n_ctx=256, n_gpu_layers=0, n_threads=2), n_outputs=17) as m:
+        assert m.n_vocab == 151936
+        prompt = m.tokenize("Hello, world", add_special=False)
+        m.decode(prompt, logits="last")
+        assert np.isfinite(m.logits(-1)).all()
+        assert gpu_kit.timed_decode(m, 17) > 0 and len(m.tokens) == len(prompt)
+
+
+@pytest.mark.slow
+def test_run_on_the_cpu_writes_the_profile_measurements_and_simulate(qwen_draft, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = gpu_kit.main(["run", "--cpu", "--shapes", "tiny", "--skip-build", "--kit", str(tmp_path / "no-kit"),
+                       "--site", str(tmp_path / "no-site"), "--work", str(tmp_path / "work"), "--out", str(out),
+                       "--reps", "2", "--plain-tokens", "16", "--round-tokens", "24"])
+    assert rc == 0
+    (profile_path,) = out.glob("profile-*.json")
+    profile = json.loads(profile_path.read_text())
+    gpu_kit.check_profile(profile)
+    assert profile["kind"] == "measured-cpu" and profile_path.name == f"profile-{profile['name']}.json"
+    m = json.loads((out / "measurements.json").read_text())
+    assert sorted(m["verify_s"], key=int) == [str(n) for n in range(1, 18)]
+    assert m["rounds"]["drafting_rounds"] > 0 and set(m["rounds"]["k"]) == {8}  # a fixed K, every round
+    assert (out / "simulate.txt").read_text()
+    assert "token_s" in capsys.readouterr().out
+
+
+@pytest.mark.real_models
+@pytest.mark.skipif(not os.environ.get("SPECCHAT_LLAMA_SDIST"), reason="SPECCHAT_LLAMA_SDIST names no sdist")
+def test_the_kit_stays_under_its_size_limit(qwen_draft, tmp_path):
+    sdist = Path(os.environ["SPECCHAT_LLAMA_SDIST"])
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    gpu_kit.strip_sdist(sdist, kit / "s.tar.xz")
+    gpu_kit.write_tokenizer_gguf(qwen_draft, kit / gpu_kit.TOKENIZER_FILE)
+    assert gpu_kit.folder_size(kit) < gpu_kit.KIT_LIMIT_BYTES // 2  # the wheels are < 1 MiB more
