@@ -15,10 +15,10 @@ import tarfile
 from pathlib import Path
 
 import gguf
-import gpu_kit  # scripts/gpu_kit.py, put on sys.path by tests/conftest.py
 import numpy as np
 import pytest
 
+import gpu_kit  # scripts/gpu_kit.py, put on sys.path by tests/conftest.py
 from specchat.models.gguf_header import validate_file
 
 TINY = gpu_kit.Shape("test-tiny", 2, 64, 2, 1, 128, None, tied=False)
