@@ -101,7 +101,7 @@ def synthetic(acceptance: float, *, n: int = 160, k_max: int = 16, seed: int = 0
         while m < min(k_max, n - 1 - i) and rng.random() < acceptance:
             m += 1
         match.append(m)
-        p.append([(950 if j < m else 300) if confident else 900 for j in range(k_max)])
+        p.append([(950 if j < m else 200) if confident else 900 for j in range(k_max)])
     return PromptTrace(f"{task}-{seed}", task, 40, n, list(range(n)), True, match, p, p, [0] * (n - 1),
                        [0] * (n - 1))
 

@@ -14,6 +14,7 @@ falling back on more than 15% of rounds raises a warning.  All are settings.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Drafter, Mode
 
 EMA = 0.2  # weight of a new cost measurement
+P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class Plan:
     k: int
     fallback: bool = False  # plain because a guard rail tripped
     probe: bool = False  # an exploration round
+    p_min: float | None = None  # the draft model's confidence stop this round (None: the setting's)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", Drafter(self.drafter))  # "model" from a caller becomes the enum
@@ -127,12 +130,23 @@ class AcceptanceWindow:
         """Estimate of the chance that the next drafted token is accepted.
 
         Rounds stop at the first rejection, so accepted / (accepted + rejections)
-        is the right estimate; a weak prior keeps it sane with little data.
-        Once it has data, ``auto`` uses a pessimistic prior (0): it speculates on
-        evidence, not hope.
+        is the right estimate; a weak prior (uniform: 0.5 with the weight of two
+        tokens) keeps it sane with little data.
         """
         t = self.totals()
         return (t.accepted + prior * weight) / (t.accepted + t.rejections + weight)
+
+    def optimistic_rate(self, z: float) -> float:
+        """The estimate plus ``z`` standard deviations of it: what ``auto`` plans with.
+
+        With little evidence the bonus is large, so a drafter gets rounds enough to show
+        what it is worth (a pessimistic estimate never did: after one fully accepted K=1
+        round it said 33% and stopped, and replays on the 3090 profile stayed at plain
+        speed where K=8 made 2x); as the window fills it shrinks to a few points.
+        """
+        t = self.totals()
+        a = self.per_token_rate()
+        return min(1.0, a + z * math.sqrt(a * (1.0 - a) / (t.accepted + t.rejections + 2)))
 
     def full(self) -> bool:
         return len(self.rounds) == self.rounds.maxlen
@@ -193,6 +207,20 @@ class DraftController:
             ),))
         return AnswerPlan(use_model, use_lookup)
 
+    def draft_p_min(self, k: int) -> float:
+        """``auto``'s confidence stop for a draft of up to k tokens, from this machine's costs.
+
+        A drafted token is worth its place when the draft's confidence that it is right is
+        above its share of the round's extra cost, measured in plain tokens: (one draft
+        decode + its part of the larger verify) / (one plain round).  On the 3090 profile
+        that is about 0.35 (cheap verify: draft long, as llama.cpp's published 0.4 does); on
+        this project's 2-core CPU it is 1.0 and the clamp keeps only near-certain tokens.
+        """
+        c = self.costs
+        extra = c.draft_s.get(Drafter.MODEL, 0.0) + (c.verify(k + 1) - c.verify(1)) / max(k, 1)
+        share = extra / (c.verify(1) + c.overhead_s)
+        return min(max(share, P_MIN_LO), P_MIN_HI)
+
     def plan(self, mode: Mode, available: dict[Drafter, int]) -> Plan:
         """Pick the next round.  ``available`` maps a usable drafter to its K ceiling."""
         s = self.settings
@@ -219,12 +247,10 @@ class DraftController:
                 continue
             if self._cooldown.get(name, 0) > 0:
                 continue
-            # no data yet: try it (neutral prior); with data: believe only the evidence
-            window = self.windows[name]
-            a = window.per_token_rate() if not window.rounds else window.per_token_rate(prior=0.0)
+            a = self.windows[name].optimistic_rate(s.explore_z)
             k, rate = self.costs.best_k(name, a, 1, k_hi)
             if rate > best_rate:
-                best, best_rate = Plan(name, k), rate
+                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if name is Drafter.MODEL else None), rate
             elif self._since_probe[name] >= self._probe_interval(name):
                 probe = Plan(name, 1, probe=True)
         if best.drafter is Drafter.NONE and probe is not None:

@@ -64,6 +64,7 @@ class ControllerSettings:
     fallback_warning_share: float = 0.15  # warn when more rounds than this fell back
     probe_interval_tokens: int = 64  # auto: re-probe a drafter it has stopped using (x4 for a model)
     min_gain: float = 1.05  # auto speculates only if it expects at least this speed-up
+    explore_z: float = 1.0  # auto plans with the acceptance estimate plus this many standard deviations
 
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max <= 32:

@@ -279,7 +279,6 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     if pt.ended and n_tokens == 1:
         return Counts.of_answer(0, 0.0, prompt_tokens=pt.prompt_tokens)
     p_rows = pt.draft_p10 if policy.p_top10 else pt.draft_p
-    p_stop = cs.p_min * 1000
     rounds = Counts()
     decode_s = 0.0
     i = 0  # index of id_last, the newest committed token
@@ -304,6 +303,7 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
             history = pt.prompt_tokens + i + 1
             catch_up = history - min(draft_valid, history - 1) - 1
             row = p_rows[i]
+            p_stop = (cs.p_min if plan.p_min is None else plan.p_min) * 1000
             n = 0
             while n < plan.k and n < len(row) and row[n] >= p_stop:
                 n += 1
@@ -371,8 +371,13 @@ class Result:
 def simulate(trace: Trace, profile: CostProfile, policies: Sequence[Policy] | None = None, *,
              seed: int = 0) -> Result:
     """Each policy answers every prompt of the trace in order, on its own controller (one loaded pair)."""
-    chosen = list(policies or standard_policies())
-    usable = [p for p in chosen if p.needs_k <= trace.k_max]
+    usable = []
+    for p in policies or standard_policies():
+        if p.needs_k <= trace.k_max:
+            usable.append(p)
+        elif p.key in ("draft", "lookup", "auto"):  # SpecChat's own modes: at the trace's depth, and said
+            s = replace(p.settings, k_max=trace.k_max, k_min=min(p.settings.k_min, trace.k_max))
+            usable.append(replace(p, settings=s, label=f"{p.label} (K<={trace.k_max})"))
     counts: dict[str, dict[str, Counts]] = {}
     for n, policy in enumerate(usable):
         clock = Clock(profile, seed * 1000 + n)
