@@ -166,6 +166,14 @@ def test_the_profile_has_every_required_key_and_a_source_for_each_measured_numbe
     assert json.loads((tmp_path / "p.json").read_text()) == p
 
 
+def test_the_verify_curve_never_falls_and_says_where_it_was_raised():
+    curve = gpu_kit.verify_curve({1: 0.010, 2: 0.009, 3: 0.012, 4: 0.011, 5: 0.015}, dict.fromkeys(range(1, 6), 3), "s")
+    values = [curve[str(n)] if n == 1 else curve[str(n)]["value"] for n in range(1, 6)]
+    assert values == pytest.approx([1.0, 1.0, 1.2, 1.2, 1.5])
+    assert "raised to the n=1 value" in curve["2"]["source"] and "raised to the n=3 value" in curve["4"]["source"]
+    assert "raised" not in curve["5"]["source"]
+
+
 def test_a_profile_without_a_required_key_is_refused():
     p = gpu_kit.build_profile(measurements(), hardware="x", kind="measured-gpu", shapes="qwen7b", date="d")
     del p["draft_x"]
@@ -175,6 +183,13 @@ def test_a_profile_without_a_required_key_is_refused():
 
 def test_the_noise_estimate_ignores_a_rare_stall():
     assert gpu_kit.robust_rsd([1.0, 1.01, 0.99, 1.0, 50.0]) < 0.05
+
+
+def test_the_profile_noise_stays_within_the_schema_range_when_the_repeats_scatter():
+    m = measurements()
+    m["verify_s"]["1"] = [0.001, 0.009]  # two repeats, one stalled: 1.4826 * MAD / median > 1
+    p = gpu_kit.build_profile(m, hardware="x", kind="measured-cpu", shapes="tiny", date="d")
+    assert p["noise"]["value"] == 1.0 and "capped" in p["noise"]["source"]
 
 
 # -- real tier: the real Qwen tokenizer, llama.cpp ------------------------------------------
@@ -213,6 +228,9 @@ def test_run_on_the_cpu_writes_the_profile_measurements_and_simulate(qwen_draft,
     profile = json.loads(profile_path.read_text())
     gpu_kit.check_profile(profile)
     assert profile["kind"] == "measured-cpu" and profile_path.name == f"profile-{profile['name']}.json"
+    from specchat.engine.simulate import load_profile
+
+    assert load_profile(str(profile_path)).token_s == profile["token_s"]["value"]  # the simulator reads it
     m = json.loads((out / "measurements.json").read_text())
     assert sorted(m["verify_s"], key=int) == [str(n) for n in range(1, 18)]
     assert m["rounds"]["drafting_rounds"] > 0 and set(m["rounds"]["k"]) == {8}  # a fixed K, every round
