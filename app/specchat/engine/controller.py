@@ -287,6 +287,12 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
+        if plan.drafter is Drafter.MODEL and plan.k and not r.drafted:
+            # The draft was asked and declined (its first token was under the confidence stop):
+            # a round paid for drafting and got nothing, which is what a rejection costs.  Counted
+            # as one, so auto learns that such rounds do not pay (without it, a draft that always
+            # declined left the window empty and auto's estimate optimistic for ever).
+            self.windows[Drafter.MODEL].add(Counts.of_round(plan.k, 1, 0))
         if r.drafted and plan.drafter in self.windows:
             if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
                 self.costs.observe_draft(plan.drafter, r.draft_s / r.drafted)
