@@ -181,8 +181,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for threads in args.threads:
         plain_token_s = 0.0
         for k in args.k:
-            # p_min 0: the draft never stops early, so draft rounds are full length (K drafted, K+1 emitted)
-            ctl = ControllerSettings(k_min=k, k_max=k, p_min=0.0)
+            # a tiny p_min: the draft never stops early, so draft rounds are full length (K drafted, K+1
+            # emitted), yet its confidence test runs as it does at the default p_min
+            ctl = ControllerSettings(k_min=k, k_max=k, p_min=args.p_min)
             opts = ModelOptions(n_ctx=2048, n_threads=threads, n_gpu_layers=args.gpu_layers)
             with SpeculativePair(PairConfig(path, path, opts, controller=ctl)) as pair:
                 prompts = [pair.chat_prompt([{"role": "user", "content": p}]).tokens for p in PROMPTS]
@@ -219,6 +220,7 @@ def main() -> int:
                     choices=["baseline", "draft", "lookup"])
     ap.add_argument("--tokens", type=int, default=200, help="tokens per answer")
     ap.add_argument("--reps", type=int, default=2, help="passes over the prompts")
+    ap.add_argument("--p-min", type=float, default=1e-6, help="the draft's p_min (default: never stops early)")
     ap.add_argument("--gpu-layers", type=int, default=0, help="0: CPU only (the proxy); -1: all on the GPU")
     ap.add_argument("--json", type=Path, default=None, help="write the table and every round here")
     args = ap.parse_args()

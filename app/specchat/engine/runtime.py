@@ -198,6 +198,7 @@ class LoadedModel:
         self._mem: llama_cpp.llama_memory_t | None = llama_cpp.llama_get_memory(self._ctx)
         self.vocab: llama_cpp.llama_vocab_p | None = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self._row_type = ctypes.c_float * self.n_vocab  # one logits row
         self.can_trim: bool = not (
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
@@ -343,6 +344,11 @@ class LoadedModel:
 
     def keep_prefix(self, tokens: list[int]) -> int:
         """Trim the cache to its longest common prefix with ``tokens``; return its length."""
+        n = len(self.tokens)
+        # the usual case (the draft every round, a follow-up prompt): the cache is a prefix; one
+        # list comparison in C instead of a Python loop over the whole context
+        if len(tokens) >= n and tokens[:n] == self.tokens:
+            return n
         n = 0
         limit = min(len(tokens), len(self.tokens))
         while n < limit and tokens[n] == self.tokens[n]:
@@ -369,7 +375,9 @@ class LoadedModel:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
         if not ptr:
             raise LlamaError(f"no logits for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        # the row type is made once: 1.8 us a call against np.ctypeslib.as_array's 4.8 us, which
+        # builds a ctypes array type every time (measured, 152k vocabulary); a round reads K + 2 rows
+        return np.frombuffer(self._row_type.from_address(ctypes.addressof(ptr.contents)), dtype=np.float32)
 
     def set_threads(self, n_threads: int) -> None:
         llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
