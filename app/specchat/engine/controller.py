@@ -287,7 +287,7 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
-        if plan.drafter is Drafter.MODEL and plan.k and not r.drafted:
+        if mode is Mode.AUTO and plan.drafter is Drafter.MODEL and plan.k and not r.drafted:
             # The draft was asked and declined (its first token was under the confidence stop):
             # a round paid for drafting and got nothing, which is what a rejection costs.  Counted
             # as one, so auto learns that such rounds do not pay (without it, a draft that always
