@@ -174,7 +174,7 @@ def generate(
             plan = controller.plan(mode, available)
             catch_up = 0
             if plan.drafter is Drafter.MODEL and model is not None:  # planned only when offered, with a model
-                drafted = model.propose(history, plan.k)
+                drafted = model.propose(history, plan.k, plan.p_min)
                 draft_s += model.last_seconds
                 catch_up = model.last_catch_up
             elif plan.drafter is Drafter.LOOKUP:
