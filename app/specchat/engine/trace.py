@@ -43,6 +43,7 @@ from specchat.errors import UserError
 from .drafters import PromptLookupDrafter
 from .runtime import LoadedModel
 from .suite import BenchPrompt
+from .verify import accepted_count
 
 if TYPE_CHECKING:
     from .pair import SpeculativePair
@@ -117,15 +118,6 @@ def _choice(logits: np.ndarray) -> tuple[int, int, int]:
     return top, round(p_full * 1000), round(p10 * 1000)
 
 
-def _matching(proposal: Sequence[int], truth: Sequence[int]) -> int:
-    n = 0
-    for a, b in zip(proposal, truth, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 def greedy_answer(target: LoadedModel, prompt: list[int], max_tokens: int) -> tuple[list[int], bool]:
     """The target's greedy answer, decoded one token at a time as plain decoding does."""
     target.clear()
@@ -192,7 +184,7 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
                 raise TraceError("recording the trace was cancelled")
             context = tokens + answer[: i + 1]
             rollout.advance(context, answer[i])
-            draft_match.append(_matching(rollout.tokens, answer[i + 1:]))
+            draft_match.append(accepted_count(rollout.tokens, answer[i + 1:]))
             draft_p.append(list(rollout.p))
             draft_p10.append(list(rollout.p10))
         draft.clear()
@@ -201,7 +193,7 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
     for i in range(positions):
         proposal = lookup.propose(tokens + answer[: i + 1], k_max)
         lookup_len.append(len(proposal))
-        lookup_match.append(_matching(proposal, answer[i + 1:]))
+        lookup_match.append(accepted_count(proposal, answer[i + 1:]))
     return PromptTrace(prompt.id, prompt.task, len(tokens), max_tokens, answer, ended, draft_match, draft_p,
                        draft_p10, lookup_len, lookup_match)
 
