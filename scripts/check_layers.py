@@ -34,6 +34,10 @@ UI_ALLOWED = (
     "specchat.engine.events",
     "specchat.engine.settings",
     "specchat.engine.pair",  # PairConfig, CancelToken: the types a pair factory takes
+    "specchat.remote.servers",  # the user's servers and their keys (Settings → Servers)
+    "specchat.remote.backend",  # RemoteConfig: what a chat's server backend names
+    "specchat.remote.client",  # Capabilities: what a server said it can report
+    "specchat.remote.errors",
     "specchat.models.catalog",
     "specchat.models.registry",
     "specchat.models.fit",

@@ -49,6 +49,7 @@ class ChatSettings:
     seed: int = 0xC0FFEE
     max_tokens: int = 2048
     task: str = "chat"  # one of TASK_TAGS or the user's own text
+    backend: str = ""  # "": this machine's engine (Local); else the name of a server in Settings → Servers
 
     def __post_init__(self) -> None:
         # Normalise what users and config files type, so equal settings compare equal.

@@ -213,7 +213,7 @@ class TelemetryRecorder:
         if isinstance(event, RoundStats):
             self._on_round(answer, event, t)
         elif isinstance(event, TokensEmitted):
-            answer.tokens += len(event.token_ids)
+            answer.tokens += len(event.origins)  # a server answer has origins but no token ids
         elif isinstance(event, Fallback):
             self._on_fallback(answer, event, t)
         elif isinstance(event, Prefilled):

@@ -17,6 +17,9 @@ from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.models.registry import Registry, RegistryError
 from specchat.pair_loading import pair_config, record_last_pair
 from specchat.profile import Profile
+from specchat.remote.backend import RemoteConfig
+from specchat.remote.errors import ServerError
+from specchat.remote.servers import ServerList, servers_file
 from specchat.store import ChatSettings, Store
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
@@ -48,8 +51,14 @@ class AppSession:
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False
 
-    def pair_config(self, settings: ChatSettings) -> PairConfig:
-        """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI)."""
+    def pair_config(self, settings: ChatSettings) -> PairConfig | RemoteConfig:
+        """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI),
+        or the server it names."""
+        if settings.backend:
+            try:
+                return RemoteConfig(ServerList(servers_file(self.profile)).get(settings.backend))
+            except ServerError as exc:
+                raise ValueError(str(exc)) from None
         if settings.target is None:
             raise ValueError("no model pair chosen for this chat: choose one with Pair…")
         return pair_config(self.config, self.profile, settings.target, settings.draft)
@@ -57,7 +66,7 @@ class AppSession:
     def _remember_pair(self) -> None:
         """The pair that loaded is the default of 'specchat chat' and 'bench' from now on."""
         loaded = self.answers.loaded_pair
-        if loaded is not None:
+        if isinstance(loaded, PairConfig):
             try:
                 record_last_pair(self.profile, loaded.target, loaded.draft)
             except (RegistryError, OSError) as exc:

@@ -27,6 +27,7 @@ from specchat.engine import Done, Error, Fallback, Mode, SamplingSettings, Token
 from specchat.engine.events import GenerationStats
 from specchat.engine.pair import PairConfig
 from specchat.engine.reasoning import ReasoningParser
+from specchat.remote.backend import RemoteConfig
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
 from specchat.telemetry import TelemetryRecorder
 
@@ -98,10 +99,10 @@ class AnswerService(QObject):
     idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
 
     def __init__(self, store: Store, service: GenerationService,
-                 pair_config: Callable[[ChatSettings], PairConfig],
+                 pair_config: Callable[[ChatSettings], PairConfig | RemoteConfig],
                  recorder: TelemetryRecorder | None = None, parent: QObject | None = None) -> None:
-        """``pair_config`` turns a chat's settings into the pair to load; it raises ValueError
-        (one line) when it cannot, e.g. a model file that is gone."""
+        """``pair_config`` turns a chat's settings into the pair to load, or the server to connect to;
+        it raises ValueError (one line) when it cannot, e.g. a model file that is gone."""
         super().__init__(parent)
         self.store = store
         self.service = service
@@ -109,8 +110,8 @@ class AnswerService(QObject):
         self._pair_config = pair_config
         self._queue: deque[LiveAnswer] = deque()
         self._current: LiveAnswer | None = None
-        self._loaded: PairConfig | None = None
-        self._loading: PairConfig | None = None
+        self._loaded: PairConfig | RemoteConfig | None = None
+        self._loading: PairConfig | RemoteConfig | None = None
         self.pair_info: PairInfo | None = None
         self._closed = False
         service.engineEvent.connect(self._on_event)
@@ -138,7 +139,7 @@ class AnswerService(QObject):
         return self._current
 
     @property
-    def loaded_pair(self) -> PairConfig | None:
+    def loaded_pair(self) -> PairConfig | RemoteConfig | None:
         return self._loaded
 
     # -- requests ---------------------------------------------------------------------
@@ -172,7 +173,8 @@ class AnswerService(QObject):
 
     def preload(self, settings: ChatSettings) -> None:
         """Load the pair a chat uses, so its first answer starts at once (only while idle)."""
-        if self._current is not None or self._queue or settings.target is None or self._closed:
+        if self._current is not None or self._queue or (settings.target is None and not settings.backend) \
+                or self._closed:
             return
         try:
             config = self._pair_config(settings)
@@ -203,12 +205,12 @@ class AnswerService(QObject):
 
     # -- the line -----------------------------------------------------------------------
 
-    def _load(self, config: PairConfig) -> None:
+    def _load(self, config: PairConfig | RemoteConfig) -> None:
         if config == self._loaded or config == self._loading:
             return
         self._loading = config
         self.pair_info = None
-        self.pairLoading.emit(config.target.name)
+        self.pairLoading.emit(config.label if isinstance(config, RemoteConfig) else config.target.name)
         self.service.load(config)
 
     def _pump(self) -> None:

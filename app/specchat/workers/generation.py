@@ -30,6 +30,9 @@ from specchat.errors import UserError, one_line
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.pair_loading import fit_problem
+from specchat.remote.backend import RemoteBackend, RemoteConfig
+from specchat.remote.chat import ChatRequest
+from specchat.remote.client import Capabilities
 from specchat.telemetry.samplers import MemoryShare, estimated_shares
 
 from .threads import end_thread, start_thread
@@ -68,6 +71,13 @@ class PairInfo:
     draft_bytes: int
     # the fit estimate split into target weights, draft weights, KV caches and buffers (empty if unknown)
     memory_shares: tuple[MemoryShare, ...] = ()
+    remote: Capabilities | None = None  # a server backend: what it said it can report
+
+    @classmethod
+    def of_server(cls, config: RemoteConfig, caps: Capabilities) -> PairInfo:
+        return cls(target=caps.model, draft=None, backend=f"{caps.engine} at {config.label}",
+                   n_ctx=caps.n_ctx or 0, supports_reasoning_switch=True, speculation_blocked="",
+                   verify_ms={}, draft_ms=None, target_bytes=0, draft_bytes=0, remote=caps)
 
 
 def lower_this_threads_priority(nice: int) -> bool:
@@ -111,10 +121,12 @@ class GenerationWorker(QObject):
     engineEvent = Signal(int, object)  # request id, engine event or Started
 
     def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = load_pair,
-                 nice: int = 0) -> None:
+                 nice: int = 0, server_factory: Callable[[RemoteConfig], RemoteBackend] = RemoteBackend.connect) -> None:
         super().__init__()
         self._factory = pair_factory
+        self._server_factory = server_factory
         self._pair: SpeculativePair | None = None
+        self._server: RemoteBackend | None = None
         self._nice = nice
 
     @Slot()
@@ -123,9 +135,12 @@ class GenerationWorker(QObject):
             lower_this_threads_priority(self._nice)
 
     @Slot(object, object)
-    def load(self, config: PairConfig, cancel: CancelToken) -> None:
+    def load(self, config: PairConfig | RemoteConfig, cancel: CancelToken) -> None:
         self.unload()
         if cancel.cancelled:  # a newer load is queued behind this one, or the app is closing
+            return
+        if isinstance(config, RemoteConfig):
+            self._connect(config, cancel)
             return
         try:
             pair = self._factory(config, cancel)
@@ -164,15 +179,37 @@ class GenerationWorker(QObject):
             memory_shares=shares,
         ))
 
+    def _connect(self, config: RemoteConfig, cancel: CancelToken) -> None:
+        try:
+            server = self._server_factory(config)
+        except UserError as exc:
+            self.pairFailed.emit(str(exc))
+            return
+        except Exception as exc:  # a bug: the traceback to the terminal, one line to the chat
+            traceback.print_exception(exc)
+            self.pairFailed.emit(f"could not connect to {config.label}: {one_line(str(exc)) or type(exc).__name__}")
+            return
+        if cancel.cancelled:
+            server.close()
+            return
+        self._server = server
+        self.pairLoaded.emit(PairInfo.of_server(config, server.caps))
+
     @Slot()
     def unload(self) -> None:
         if self._pair is not None:
             self._pair.close()
             self._pair = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
     @Slot(object, object)
     def generate(self, request: GenerationRequest, cancel: CancelToken) -> None:
         rid = request.request_id
+        if self._server is not None:
+            self._answer_from_server(self._server, request, cancel)
+            return
         if self._pair is None:
             self._fail(rid, "no model is loaded: pick a model pair first")
             return
@@ -191,6 +228,17 @@ class GenerationWorker(QObject):
             self.engineEvent.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
             for ev in self._pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                           max_tokens=request.max_tokens, stop=request.stop, cancel=cancel):
+                self.engineEvent.emit(rid, ev)
+        except Exception as exc:  # every worker exception becomes an error event
+            self._fail_unexpectedly(rid, exc)
+
+    def _answer_from_server(self, server: RemoteBackend, request: GenerationRequest, cancel: CancelToken) -> None:
+        rid = request.request_id
+        chat = ChatRequest(messages=request.messages, sampling=request.sampling, max_tokens=request.max_tokens,
+                           reasoning=request.reasoning, stop=request.stop)
+        try:
+            self.engineEvent.emit(rid, Started(0, False))
+            for ev in server.answer(chat, cancel):
                 self.engineEvent.emit(rid, ev)
         except Exception as exc:  # every worker exception becomes an error event
             self._fail_unexpectedly(rid, exc)
@@ -222,8 +270,10 @@ class GenerationService(QObject):
     _unload = Signal()
 
     def __init__(self, pair_factory: Callable[[PairConfig, CancelToken], SpeculativePair] = load_pair,
-                 parent: QObject | None = None, *, nice: int = 0) -> None:
-        """``nice``: how far decoding yields the CPU to the window (the ``decode_nice`` setting)."""
+                 parent: QObject | None = None, *, nice: int = 0,
+                 server_factory: Callable[[RemoteConfig], RemoteBackend] = RemoteBackend.connect) -> None:
+        """``nice``: how far decoding yields the CPU to the window (the ``decode_nice`` setting);
+        ``server_factory`` connects a chat's server backend (tests give their own)."""
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._cancel: CancelToken | None = None
@@ -231,7 +281,7 @@ class GenerationService(QObject):
         self.current_request = 0
         self._thread = QThread()
         self._thread.setObjectName("specchat-generation")
-        self._worker = GenerationWorker(pair_factory, nice)
+        self._worker = GenerationWorker(pair_factory, nice, server_factory)
         self._worker.moveToThread(self._thread)
         self._thread.finished.connect(self._worker.deleteLater)  # deleted in its own thread
         self._load.connect(self._worker.load)
@@ -243,8 +293,8 @@ class GenerationService(QObject):
         self._thread.started.connect(self._worker.lower_priority)  # runs in the new thread, before any work
         start_thread(self._thread, QThread.Priority.LowPriority)
 
-    def load(self, config: PairConfig) -> None:
-        """Load a pair, giving up any load still running: only the newest one reports."""
+    def load(self, config: PairConfig | RemoteConfig) -> None:
+        """Load a pair (or connect to a server), giving up any load still running: only the newest one reports."""
         self.cancel()
         self._load_cancel.cancel()
         self._load_cancel = CancelToken()

@@ -1,0 +1,340 @@
+"""A streamed answer from a server, as the engine's own events.
+
+:func:`stream_answer` is a generator like the local ``generate``: it yields
+:class:`~specchat.engine.events.Prefilled`, ``TokensEmitted`` (with each token's origin
+where the server lets us know it), ``RoundStats``, ``Error`` and one final ``Done``, so
+the chat, the telemetry panel, the store and the bench take a server answer as they take
+a local one.
+
+- llama-server: ``timings_per_token`` makes every chunk carry the running totals, from
+  which :class:`~specchat.remote.rounds.RoundRebuilder` rebuilds each round exactly.
+- vLLM: ``/metrics`` is polled (at most every :data:`POLL_S`) while the answer streams and
+  its counter deltas become the live rounds, which cover the whole server; the answer's
+  own summary (``--per-request-spec-decode-metrics``) replaces them at the end.
+- SGLang: the answer's ``sglext``/``meta_info`` summary at the end.
+- Reasoning (``reasoning_content``, or ``reasoning``) is passed on inside ``<think>`` tags,
+  so the same parser that splits a local model's ``<think>`` block splits it.
+
+Stop: a watcher thread shuts the socket down as soon as the cancel token is set, so even
+a server that stopped sending is left at once; the server sees the client go and stops
+generating.  Every failure after the first token keeps what was streamed: ``Error`` then
+``Done(ERROR)`` carrying the counts so far.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from specchat.engine.events import (
+    Done,
+    Error,
+    Event,
+    GenerationStats,
+    Prefilled,
+    RoundStats,
+    StopReason,
+    TokenOrigin,
+    TokensEmitted,
+)
+from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG
+from specchat.engine.settings import Drafter, SamplingSettings
+from specchat.metrics import Counts
+
+from .client import Capabilities, Engine, ServerClient, StreamedEvents
+from .counters import RequestSpec, SpecCounters, delta, sglang_request_spec, vllm_request_spec
+from .errors import ServerError
+from .rounds import RoundRebuilder, Timings
+
+POLL_S = 0.5  # vLLM's counters move every scheduler step; twice a second is live enough and cheap
+WATCH_S = 0.05  # how soon a Stop reaches the socket
+MAX_CHUNKS = 1 << 20  # far beyond any max_tokens a chat asks for
+
+
+class Cancel(Protocol):
+    @property
+    def cancelled(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    messages: tuple[dict[str, str], ...]
+    sampling: SamplingSettings = SamplingSettings()
+    max_tokens: int = 1024
+    reasoning: bool | None = None
+    stop: tuple[str, ...] = ()
+    fresh_prompt: bool = False  # bench: no prompt cache, so prefill is measured as on a cold start
+
+
+def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body: the OpenAI fields every server takes, plus each engine's own."""
+    s = req.sampling
+    body: dict[str, Any] = {
+        "model": caps.model, "messages": [dict(m) for m in req.messages], "stream": True,
+        "max_tokens": req.max_tokens, "temperature": s.temperature, "top_p": s.top_p, "seed": s.seed,
+        "stream_options": {"include_usage": True},
+    }
+    if req.stop:
+        body["stop"] = list(req.stop)
+    if caps.engine in (Engine.LLAMA, Engine.VLLM, Engine.SGLANG):
+        body["top_k"] = s.top_k if s.top_k > 0 else -1
+        body["min_p"] = s.min_p
+        if req.reasoning is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": req.reasoning}
+    if caps.engine == Engine.LLAMA:
+        body["repeat_penalty"] = s.repeat_penalty
+        body["timings_per_token"] = True  # the running totals on every chunk: rounds rebuilt live
+        if req.fresh_prompt:
+            body["cache_prompt"] = False
+    elif caps.engine in (Engine.VLLM, Engine.SGLANG):
+        body["repetition_penalty"] = s.repeat_penalty
+    if caps.engine == Engine.SGLANG:
+        body["return_spec_tokens_details"] = True
+    return body
+
+
+def stream_answer(client: ServerClient, caps: Capabilities, req: ChatRequest, cancel: Cancel,
+                  *, mode: str = "") -> Iterator[Event]:
+    """The answer to ``req`` from the server, as engine events (see the module docstring)."""
+    answer = _Answer(client, caps, mode or caps.engine)
+    try:
+        with client.stream_events("/v1/chat/completions", request_body(caps, req)) as events:
+            watcher = _Watcher(events, cancel)
+            try:
+                yield from answer.read(events, cancel)
+            finally:
+                watcher.end()
+    except ServerError as exc:
+        if cancel.cancelled:
+            yield answer.done(StopReason.CANCELLED)
+            return
+        message = str(exc) + ("; the partial answer is kept" if answer.tokens else "")
+        yield Error(message)
+        yield answer.done(StopReason.ERROR, message)
+        return
+    if cancel.cancelled and answer.finish_reason is None:
+        yield answer.done(StopReason.CANCELLED)
+    elif answer.finish_reason is None:
+        message = f"{client.where} ended the answer without finishing it; the partial answer is kept"
+        yield Error(message)
+        yield answer.done(StopReason.ERROR, message)
+    else:
+        yield answer.done(_stop_reason(answer.finish_reason))
+
+
+def _stop_reason(finish: str) -> StopReason:
+    return {"length": StopReason.MAX_TOKENS, "stop": StopReason.EOG}.get(finish, StopReason.EOG)
+
+
+class _Watcher:
+    """Shuts the stream's socket down when the cancel token is set (from a thread of its own)."""
+
+    def __init__(self, events: StreamedEvents, cancel: Cancel) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(events, cancel), name="specchat-stop-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, events: StreamedEvents, cancel: Cancel) -> None:
+        while not self._done.wait(WATCH_S):
+            if cancel.cancelled:
+                events.stop()
+                return
+
+    def end(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+class _Answer:
+    """The state of one streamed answer: text so far, counts, rounds."""
+
+    def __init__(self, client: ServerClient, caps: Capabilities, mode: str) -> None:
+        self.client, self.caps, self.mode = client, caps, mode
+        self.where = client.where
+        self.tokens = 0
+        self.rounds = Counts()
+        self.prompt = Counts()
+        self.finish_reason: str | None = None
+        self.t0 = time.perf_counter()
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.in_reasoning = False
+        self.rebuilder = RoundRebuilder(Drafter.LOOKUP if "ngram" in caps.speculation else Drafter.MODEL)
+        self.usage_tokens: int | None = None
+        self.request_spec: RequestSpec | None = None
+        self._counters_last: SpecCounters | None = None
+        self.server_wide = SpecCounters()  # vLLM: the counter deltas seen while this answer streamed
+        self._next_poll = 0.0
+        self.live_rounds_server_wide = caps.engine == Engine.VLLM and caps.metrics
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, events: StreamedEvents, cancel: Cancel) -> Iterator[Event]:
+        if self.live_rounds_server_wide:
+            self._counters_last = self._scrape()
+        for n, data in enumerate(events):
+            if cancel.cancelled or n > MAX_CHUNKS:
+                return
+            if data.strip() == "[DONE]":
+                break
+            chunk = self._parse(data)
+            yield from self._chunk(chunk)
+            if self.live_rounds_server_wide and time.perf_counter() >= self._next_poll:
+                yield from self._poll_counters()
+        if not cancel.cancelled:
+            yield from self._close_rounds()
+
+    def _parse(self, data: str) -> dict:
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise ServerError(f"{self.where} sent a malformed chunk ({data[:60]!r})") from None
+        if not isinstance(chunk, dict):
+            raise ServerError(f"{self.where} sent a chunk that is not an object")
+        if "error" in chunk:
+            err = chunk["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise ServerError(f"{self.where} failed mid-answer: {str(msg)[:200]}")
+        return chunk
+
+    def _chunk(self, chunk: dict) -> Iterator[Event]:
+        text = self._delta_text(chunk)
+        timings = chunk.get("timings")
+        t = Timings.parse(timings, self.where) if timings is not None else None
+        if t is not None and self.t_first is None and (t.prompt_n or t.cache_n):
+            self.prompt = Counts.of_answer(0, 0.0, prompt_tokens=t.prompt_n + t.cache_n, reused_tokens=t.cache_n,
+                                           prefill_s=t.prompt_ms / 1e3)
+        origins: tuple[TokenOrigin, ...] = ()
+        rounds: list[RoundStats] = []
+        if t is not None and self.caps.engine == Engine.LLAMA:
+            origins, rounds = self.rebuilder.feed(t, self.caps.n_max)
+        elif text:
+            origins = (TokenOrigin.TARGET,)  # one token per chunk: what these servers stream by default
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+        self._summaries(chunk)
+        if origins or text:
+            now = time.perf_counter()
+            if self.t_first is None:
+                self.t_first = now
+                yield Prefilled(self.prompt.prompt_tokens, self.prompt.reused_tokens,
+                                self.prompt.prefill_s or now - self.t0)
+            self.t_last = now
+            self.tokens += len(origins)
+            yield TokensEmitted((), origins, text)
+        for r in rounds:
+            self.rounds += r.counts
+            yield r
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            finish = choices[0].get("finish_reason")
+            if isinstance(finish, str):
+                self.finish_reason = finish
+
+    def _delta_text(self, chunk: dict) -> str:
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return ""
+        delta_doc = choices[0].get("delta")
+        if not isinstance(delta_doc, dict):
+            return ""
+        thought = delta_doc.get("reasoning_content") or delta_doc.get("reasoning")
+        content = delta_doc.get("content")
+        out = []
+        if isinstance(thought, str) and thought:
+            if not self.in_reasoning:
+                out.append(OPEN_TAG)
+                self.in_reasoning = True
+            out.append(thought)
+        if isinstance(content, str) and content:
+            if self.in_reasoning:
+                out.append(CLOSE_TAG)
+                self.in_reasoning = False
+            out.append(content)
+        return "".join(out)
+
+    def _usage(self, usage: dict) -> None:
+        done = usage.get("completion_tokens")
+        prompt = usage.get("prompt_tokens")
+        if isinstance(done, int) and not isinstance(done, bool) and 0 <= done < 1 << 31:
+            self.usage_tokens = done
+        if isinstance(prompt, int) and not isinstance(prompt, bool) and 0 <= prompt < 1 << 31 \
+                and not self.prompt.prompt_tokens:
+            cached = usage.get("prompt_tokens_details")
+            reused = cached.get("cached_tokens") if isinstance(cached, dict) else 0
+            reused = reused if isinstance(reused, int) and not isinstance(reused, bool) and 0 <= reused <= prompt else 0
+            self.prompt = replace(self.prompt, prompt_tokens=prompt, reused_tokens=reused)
+
+    def _summaries(self, chunk: dict) -> None:
+        if self.caps.engine == Engine.VLLM and chunk.get("metrics") is not None:
+            self.request_spec = vllm_request_spec(chunk.get("metrics"), self.where) or self.request_spec
+        if self.caps.engine == Engine.SGLANG:
+            for key in ("sglext", "meta_info"):
+                if chunk.get(key) is not None:
+                    self.request_spec = sglang_request_spec(chunk.get(key), self.where) or self.request_spec
+
+    # -- vLLM's server-wide counters --------------------------------------------------------
+
+    def _scrape(self) -> SpecCounters | None:
+        try:
+            m = self.client.metrics()
+        except ServerError:
+            return None
+        return m.spec if m is not None else None
+
+    def _poll_counters(self) -> Iterator[RoundStats]:
+        self._next_poll = time.perf_counter() + POLL_S
+        now = self._scrape()
+        if now is None or self._counters_last is None:
+            return
+        d = delta(self._counters_last, now)
+        self._counters_last = now
+        if d is None or d.drafts <= 0:
+            return
+        # the steps between two scrapes as one round with their mean draft (server-wide figures: which of
+        # them were fully accepted is not in the counters, so the answer's sequence acceptance stays undefined)
+        self.server_wide = SpecCounters(self.server_wide.drafts + d.drafts,
+                                        self.server_wide.draft_tokens + d.draft_tokens,
+                                        self.server_wide.accepted + d.accepted)
+        k = max(round(d.draft_tokens / d.drafts), 1)
+        r = RoundStats(index=0, drafter=Drafter.MODEL, k=k, drafted=d.draft_tokens, accepted=d.accepted,
+                       emitted=d.accepted + d.drafts, draft_s=0.0, verify_s=0.0, overhead_s=0.0)
+        yield r
+
+    def _close_rounds(self) -> Iterator[RoundStats]:
+        for r in self.rebuilder.finish():
+            self.rounds += r.counts
+            yield r
+        if self.live_rounds_server_wide:
+            yield from self._poll_counters()
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def done(self, reason: StopReason, message: str = "") -> Done:
+        tokens = self.tokens
+        if self.usage_tokens is not None and self.caps.engine != Engine.LLAMA:
+            tokens = self.usage_tokens  # several tokens per chunk happen (stream intervals, held-back text)
+        decode_s = (self.t_last - self.t_first) if self.t_first is not None and self.t_last is not None else 0.0
+        counts = Counts.of_answer(tokens, decode_s, prompt_tokens=self.prompt.prompt_tokens,
+                                  reused_tokens=self.prompt.reused_tokens, prefill_s=self.prompt.prefill_s)
+        counts += self._speculation_counts()
+        return Done(reason, GenerationStats(self.mode, counts), message)
+
+    def _speculation_counts(self) -> Counts:
+        spec = self.request_spec
+        if spec is None and self.server_wide.drafts:
+            return self.rounds + Counts(drafted=self.server_wide.draft_tokens, accepted=self.server_wide.accepted)
+        if spec is None:
+            return self.rounds
+        if spec.per_step:
+            return Counts.total(Counts.of_round(d, d, a) for d, a in spec.per_step)
+        steps = spec.steps or 0
+        return Counts(drafted=spec.drafted, accepted=spec.accepted, rounds=steps, rounds_with_draft=steps,
+                      rounds_fully_accepted=spec.fully_accepted_steps or 0, k_sum=spec.drafted)
+
