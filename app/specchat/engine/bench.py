@@ -9,13 +9,13 @@ repeats counts.  Multipliers are ratios of rates measured in the same run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from specchat import metrics
 from specchat.metrics import Counts, CountsView
 
-from .events import Done, Error, Fallback, RoundStats, TokensEmitted
+from .events import Done, Error, Event, Fallback, RoundStats, TokensEmitted
 from .pair import SpeculativePair
 from .settings import Mode, SamplingSettings
 from .suite import BenchPrompt
@@ -77,15 +77,32 @@ class BenchRow:
 def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int, *, max_tokens: int,
             sampling: SamplingSettings, rounds: list[RoundStats] | None = None) -> BenchRun:
     """One generation from cold caches; its rounds are appended to ``rounds`` when given."""
-    pair.target.clear()
-    if pair.draft is not None:
-        pair.draft.clear()
-    tokens = pair.chat_prompt(list(prompt.messages)).tokens
+    return collect_run(local_runner(pair, mode, max_tokens=max_tokens, sampling=sampling)(prompt), mode.value,
+                       prompt, repeat, rounds=rounds)
+
+
+Runner = Callable[[BenchPrompt], Iterable[Event]]
+"""One contender of a bench: a prompt's answer as engine events (the local engine in a mode, or a server)."""
+
+
+def local_runner(pair: SpeculativePair, mode: Mode, *, max_tokens: int, sampling: SamplingSettings) -> Runner:
+    def run(prompt: BenchPrompt) -> Iterable[Event]:
+        pair.target.clear()
+        if pair.draft is not None:
+            pair.draft.clear()
+        tokens = pair.chat_prompt(list(prompt.messages)).tokens
+        return pair.generate(tokens, mode=mode, sampling=sampling, max_tokens=max_tokens)
+    return run
+
+
+def collect_run(events: Iterable[Event], label: str, prompt: BenchPrompt, repeat: int, *,
+                rounds: list[RoundStats] | None = None) -> BenchRun:
+    """One answer's events as a bench run (an Error ends the bench: a run that failed has no figures)."""
     ids: list[int] = []
     text: list[str] = []
     fallbacks: list[str] = []
     done: Done | None = None
-    for ev in pair.generate(tokens, mode=mode, sampling=sampling, max_tokens=max_tokens):
+    for ev in events:
         if isinstance(ev, TokensEmitted):
             ids.extend(ev.token_ids)
             text.append(ev.text)
@@ -94,13 +111,27 @@ def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int,
         elif isinstance(ev, RoundStats) and rounds is not None:
             rounds.append(ev)
         elif isinstance(ev, Error):
-            raise RuntimeError(f"{prompt.id} ({mode.value}): {ev.message}")
+            raise RuntimeError(f"{prompt.id} ({label}): {ev.message}")
         elif isinstance(ev, Done):
             done = ev
     assert done is not None
-    return BenchRun(mode=mode.value, task=prompt.task, prompt_id=prompt.id, repeat=repeat, token_ids=ids,
+    return BenchRun(mode=label, task=prompt.task, prompt_id=prompt.id, repeat=repeat, token_ids=ids,
                     output="".join(text), stop_reason=done.stop_reason.value, fallbacks=fallbacks,
                     counts=done.stats.counts)
+
+
+def run_contenders(contenders: Sequence[tuple[str, Runner]], prompts: Sequence[BenchPrompt], *, repeat: int,
+                   progress: Callable[[BenchRun], None] | None = None) -> list[BenchRun]:
+    """Every contender on every prompt, interleaved and in alternating order like :func:`run_bench`."""
+    runs: list[BenchRun] = []
+    for prompt in prompts:
+        for r in range(repeat):
+            for label, runner in (contenders if r % 2 == 0 else list(reversed(contenders))):
+                run = collect_run(runner(prompt), label, prompt, r)
+                runs.append(run)
+                if progress:
+                    progress(run)
+    return runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,22 +184,25 @@ def median_runs(runs: Sequence[BenchRun]) -> list[BenchRun]:
     return out
 
 
-def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode]) -> list[BenchRow]:
-    """Per task and mode (and "all"), the median runs' counts pooled: the figures of the sums."""
+def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode | str], *, base: str = Mode.BASELINE.value
+              ) -> list[BenchRow]:
+    """Per task and mode (and "all"), the median runs' counts pooled: the figures of the sums.
+    Multipliers are against the ``base`` mode's runs (plain decoding)."""
     med = median_runs(runs)
     tasks = list(dict.fromkeys(r.task for r in med)) + ["all"]
     rows = []
+    labels = [m.value if isinstance(m, Mode) else str(m) for m in modes]
     for task in tasks:
-        base_runs = [r for r in med if r.mode == Mode.BASELINE.value and task in ("all", r.task)]
-        base = Counts.total(r.counts for r in base_runs).decode_tok_s if base_runs else None
-        for mode in modes:
-            sel = [r for r in med if r.mode == mode.value and task in ("all", r.task)]
+        base_runs = [r for r in med if r.mode == base and task in ("all", r.task)]
+        base_rate = Counts.total(r.counts for r in base_runs).decode_tok_s if base_runs else None
+        for label in labels:
+            sel = [r for r in med if r.mode == label and task in ("all", r.task)]
             if not sel:
                 continue
             total = Counts.total(r.counts for r in sel)
             rows.append(BenchRow(
-                task=task, mode=mode.value, decode_tok_s=total.decode_tok_s or 0.0,
-                multiplier=metrics.multiplier(total.decode_tok_s, base),
+                task=task, mode=label, decode_tok_s=total.decode_tok_s or 0.0,
+                multiplier=metrics.multiplier(total.decode_tok_s, base_rate),
                 token_acceptance=total.token_acceptance, sequence_acceptance=total.sequence_acceptance,
                 prefill_tok_s=total.prefill_tok_s or 0.0, mean_k=total.mean_k or 0.0,
                 overhead_share=metrics.ratio(total.overhead_s, total.decode_s) or 0.0, tokens=total.tokens,
@@ -181,7 +215,8 @@ def _pct(v: float | None) -> str:
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:
-    head = f"{'task':<9} {'mode':<9} {'decode tok/s':>12} {'x plain':>8} {'tok acc':>8} {'seq acc':>8} " \
+    width = max([9] + [len(r.mode) for r in rows])
+    head = f"{'task':<9} {'mode':<{width}} {'decode tok/s':>12} {'x plain':>8} {'tok acc':>8} {'seq acc':>8} " \
            f"{'mean K':>7} {'overhead':>9} {'prefill tok/s':>13}"
     lines = [head, "-" * len(head)]
     last = None
@@ -191,7 +226,7 @@ def format_table(rows: Sequence[BenchRow]) -> str:
         last = r.task
         mult = "-" if r.multiplier is None else f"{r.multiplier:.2f}x"
         lines.append(
-            f"{r.task:<9} {r.mode:<9} {r.decode_tok_s:>12.1f} {mult:>8} {_pct(r.token_acceptance):>8} "
+            f"{r.task:<9} {r.mode:<{width}} {r.decode_tok_s:>12.1f} {mult:>8} {_pct(r.token_acceptance):>8} "
             f"{_pct(r.sequence_acceptance):>8} {r.mean_k:>7.1f} {r.overhead_share:>9.1%} {r.prefill_tok_s:>13.1f}"
         )
     return "\n".join(lines)
