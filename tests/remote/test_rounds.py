@@ -41,36 +41,35 @@ def rebuild(chunks: list[Timings], n_max: int | None = None):
 
 
 def test_each_round_comes_back_with_its_draft_its_acceptance_and_its_tokens():
-    script = [(0, 0), (3, 2), (0, 0), (4, 4), (5, 0), (2, 1)]
+    script = [(0, 0), (3, 2), (0, 0), (4, 4), (5, 0), (2, 1)]  # the first: the token of the prefill
     origins, rounds = rebuild(server_chunks(script))
-    assert [(r.k, r.accepted, r.emitted) for r in rounds] == [(k, a, a + 1) for k, a in script]
-    assert [r.drafter for r in rounds] == [Drafter.NONE, Drafter.MODEL, Drafter.NONE, Drafter.MODEL, Drafter.MODEL,
-                                           Drafter.MODEL]
+    assert [(r.k, r.accepted, r.emitted) for r in rounds] == [(k, a, a + 1) for k, a in script[1:]]
+    assert [r.drafter for r in rounds] == [Drafter.MODEL, Drafter.NONE, Drafter.MODEL, Drafter.MODEL, Drafter.MODEL]
     assert origins == [T, D, D, T, T, D, D, D, D, T, T, D, T]
     total = Counts.total(r.counts for r in rounds)
     assert (total.drafted, total.accepted, total.rounds_with_draft, total.rounds_fully_accepted) == (14, 7, 4, 1)
 
 
 def test_the_rounds_add_up_to_the_servers_final_totals():
-    script = [(3, 1), (3, 3), (0, 0), (3, 0), (3, 2)] * 7
+    script = [(0, 0)] + [(3, 1), (3, 3), (0, 0), (3, 0), (3, 2)] * 7
     chunks = server_chunks(script)
     _, rounds = rebuild(chunks)
     total = Counts.total(r.counts for r in rounds)
     assert total.drafted == chunks[-1].draft_n and total.accepted == chunks[-1].draft_n_accepted
-    assert sum(r.emitted for r in rounds) == chunks[-1].predicted_n
-    assert sum(r.verify_s for r in rounds) == pytest.approx(chunks[-1].predicted_ms / 1e3)
+    assert sum(r.emitted for r in rounds) == chunks[-1].predicted_n - 1  # all but the prefill's token
+    assert sum(r.verify_s for r in rounds) == pytest.approx((chunks[-1].predicted_ms - chunks[0].predicted_ms) / 1e3)
 
 
 def test_a_round_cut_by_the_end_of_the_answer_keeps_only_the_tokens_sent():
-    chunks = server_chunks([(4, 3)])[:2]  # max_tokens reached after two of its four tokens
+    chunks = server_chunks([(0, 0), (4, 3)])[:3]  # max_tokens reached after two of the round's four tokens
     origins, rounds = rebuild(chunks)
-    assert origins == [D, D]
+    assert origins == [T, D, D]
     assert [(r.k, r.accepted, r.emitted) for r in rounds] == [(4, 3, 2)]
 
 
 def test_chunks_merged_by_the_server_stay_one_round_and_are_counted_as_merged():
-    chunks = server_chunks([(3, 3), (3, 1)])
-    merged = [chunks[4], chunks[5]]  # the first round and the start of the second held back, sent as one
+    chunks = server_chunks([(0, 0), (3, 3), (3, 1)])
+    merged = [chunks[0], chunks[5], chunks[6]]  # the first round and the start of the second held back, sent as one
     r = RoundRebuilder()
     origins, rounds = [], []
     for t in merged:
@@ -80,7 +79,7 @@ def test_chunks_merged_by_the_server_stay_one_round_and_are_counted_as_merged():
     rounds.extend(r.finish())
     assert r.merged_rounds == 1
     assert sum(x.drafted for x in rounds) == 6 and sum(x.accepted for x in rounds) == 4
-    assert len(origins) == 6
+    assert len(origins) == 7
 
 
 @pytest.mark.parametrize("doc", [

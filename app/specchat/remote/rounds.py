@@ -10,7 +10,8 @@ llama-cpp-python 0.3.36 vendors).  So the first chunk of round r already include
 - a chunk whose ``draft_n`` grew opens a round with K = Δdraft_n and accepted =
   Δdraft_n_accepted; it and the next chunks bring that round's accepted + 1 tokens;
 - tokens beyond what the open round can hold came from a plain step (no draft: the
-  drafter declined, or nothing was drafted yet).
+  drafter declined, or too few tokens were left to draft);
+- the answer's first token comes out of the prefill, as in the local engine: no round.
 
 A chunk held back by the server (a stop-string prefix, half a UTF-8 character) can merge
 two rounds into one observed change; it is kept as one round (Δdraft_n larger than the
@@ -105,6 +106,9 @@ class RoundRebuilder:
             self._open.accepted += da
         origins: list[TokenOrigin] = []
         share = ms / dn if dn else 0.0
+        if last.predicted_n == 0 and dn and dd == 0:  # the first token comes out of the prefill: not a round
+            origins.append(TokenOrigin.TARGET)
+            dn -= 1
         for _ in range(dn):
             r = self._open
             if r is not None and r.room > 0:
