@@ -124,6 +124,8 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     chat.add_argument("--reasoning", choices=["on", "off"], default=None,
                       help="turn the model's reasoning mode on or off (templates with enable_thinking)")
     chat.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    chat.add_argument("--server", metavar="NAME|URL", default=None,
+                      help="answer on a server (a name from 'specchat servers list', or a URL) instead of locally")
     chat.add_argument("prompt", help="the user message")
 
     bench = sub.add_parser("bench", help="plain vs speculative decoding speed, same run")
@@ -141,6 +143,10 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                        help="draft tokens per position the trace records (default 16)")
     bench.add_argument("--save-profile", type=Path, metavar="FILE", default=None,
                        help="write this machine's cost profile (from the calibration and the measured rounds)")
+    bench.add_argument("--server", metavar="NAME|URL", default=None,
+                       help="also bench this server (the one with the draft), in the same run")
+    bench.add_argument("--baseline-server", metavar="NAME|URL", default=None,
+                       help="a server with the same model and no draft: the server's plain reference")
     bench.add_argument("--reference", action="store_true",
                        help="also measure llama-bench-style raw decode speed (no sampling, no loop)")
 
@@ -175,6 +181,9 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     fit.add_argument("--ctx", type=_int_in(1, MAX_CTX), default=4096)
     fit.add_argument("--no-flash-attn", action="store_true", help="estimate without flash attention")
     fit.add_argument("--json", action="store_true")
+    from specchat.cli_servers import add_parsers as add_server_parsers
+
+    add_server_parsers(sub)
     cfg = sub.add_parser("config", help="show the settings in force and where they come from")
     cfg.add_argument("--example", action="store_true", help="print every setting with its default, as TOML")
     add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
@@ -256,47 +265,64 @@ def _load_pair(args: argparse.Namespace):
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from specchat.engine import Done, Error, Fallback, Mode, TokensEmitted
+    from specchat.engine import Mode
     from specchat.engine.reasoning import ReasoningParser
 
     sampling = _sampling(args)
+    messages = ([{"role": "system", "content": args.system}] if args.system else [])
+    messages.append({"role": "user", "content": args.prompt})
+    if args.server:
+        from specchat.cli_servers import remote_backend, server_events
+
+        args.sampling = sampling
+        backend = remote_backend(args, args.server)
+        try:
+            print(f"[{backend.caps.describe()}]", file=sys.stderr, flush=True)
+            return _print_answer(server_events(backend, args, messages), ReasoningParser(False))
+        finally:
+            backend.close()
     pair = _load_pair(args)
     with pair:
-        messages = ([{"role": "system", "content": args.system}] if args.system else [])
-        messages.append({"role": "user", "content": args.prompt})
         reasoning = None if args.reasoning is None else args.reasoning == "on"
         if reasoning is not None and not pair.chat_format.supports_reasoning_switch:
             print("note: this model's chat template has no reasoning switch; --reasoning ignored", file=sys.stderr)
         prompt = pair.chat_prompt(messages, reasoning=reasoning)
-        parser = ReasoningParser(prompt.starts_in_reasoning)
-        out = sys.stdout
-        in_reasoning_shown = False
-        rc = 0
-        for ev in pair.generate(prompt.tokens, mode=Mode(args.mode), sampling=sampling,
-                                max_tokens=args.max_tokens, stop=args.stop):
-            if isinstance(ev, TokensEmitted):
-                split = parser.feed(ev.text)
-                if split.reasoning:
-                    if not in_reasoning_shown:
-                        print("[reasoning] ", end="", file=sys.stderr)
-                        in_reasoning_shown = True
-                    print(split.reasoning, end="", file=sys.stderr, flush=True)
-                if split.answer:
-                    out.write(split.answer)
-                    out.flush()
-            elif isinstance(ev, Fallback):
-                print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
-            elif isinstance(ev, Error):
-                print(f"\nspecchat: {ev.message}", file=sys.stderr)
-                rc = 1
-            elif isinstance(ev, Done):
-                rest = parser.flush()
-                out.write(rest.answer)
-                s = ev.stats
-                print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s:.0f} tok/s"
-                      f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))
-                if ev.stop_reason.value == "error":
-                    rc = EXIT_BAD_INPUT if "prompt is" in ev.message else 1
+        return _print_answer(pair.generate(prompt.tokens, mode=Mode(args.mode), sampling=sampling,
+                                           max_tokens=args.max_tokens, stop=args.stop),
+                             ReasoningParser(prompt.starts_in_reasoning))
+
+
+def _print_answer(events, parser) -> int:
+    """Stream an answer's events to the terminal (reasoning to stderr) and end with the stats line."""
+    from specchat.engine import Done, Error, Fallback, TokensEmitted
+
+    out = sys.stdout
+    in_reasoning_shown = False
+    rc = 0
+    for ev in events:
+        if isinstance(ev, TokensEmitted):
+            split = parser.feed(ev.text)
+            if split.reasoning:
+                if not in_reasoning_shown:
+                    print("[reasoning] ", end="", file=sys.stderr)
+                    in_reasoning_shown = True
+                print(split.reasoning, end="", file=sys.stderr, flush=True)
+            if split.answer:
+                out.write(split.answer)
+                out.flush()
+        elif isinstance(ev, Fallback):
+            print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
+        elif isinstance(ev, Error):
+            print(f"\nspecchat: {ev.message}", file=sys.stderr)
+            rc = 1
+        elif isinstance(ev, Done):
+            rest = parser.flush()
+            out.write(rest.answer)
+            s = ev.stats
+            print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s or 0:.0f} tok/s"
+                  f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))
+            if ev.stop_reason.value == "error":
+                rc = EXIT_BAD_INPUT if "prompt is" in ev.message else 1
     return rc
 
 
@@ -319,6 +345,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except SuiteError as exc:
         raise CliError(str(exc)) from None
     sampling = _sampling(args)
+    if args.server or args.baseline_server:
+        from specchat.cli_servers import bench_with_servers
+
+        return bench_with_servers(args, prompts, modes, sampling)
     if Mode.DRAFT in modes and _models(args)[1] is None:
         raise CliError("mode 'draft' needs a draft model: --draft FILE, or a pair with one")
     pair = _load_pair(args)
@@ -409,6 +439,10 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
             return cmd_bench(args)
         if args.command == "models":
             return cmd_models(args)
+        if args.command == "servers":
+            from specchat.cli_servers import cmd_servers
+
+            return cmd_servers(args)
         if args.command == "simulate":
             from specchat.cli_simulate import cmd_simulate
 

@@ -57,6 +57,11 @@ class Capabilities:
     notes: tuple[str, ...] = field(default_factory=tuple)  # what it cannot report, one line each
 
     @property
+    def model_name(self) -> str:
+        """The model id as people say it (llama-server's id is the file path it was started with)."""
+        return self.model.replace("\\", "/").rsplit("/", 1)[-1] if self.model.endswith(".gguf") else self.model
+
+    @property
     def per_round(self) -> bool:
         """Rounds rebuilt live from the stream (llama-server's running timings)."""
         return self.engine == Engine.LLAMA
@@ -65,7 +70,7 @@ class Capabilities:
         spec = self.speculation or ("drafting" if self.speculative else
                                     "no drafting" if self.speculative is False else "drafting unknown")
         ctx = f", ctx {self.n_ctx}" if self.n_ctx else ""
-        return f"{self.engine} serving {self.model}{ctx}; {spec}" + (f"; build {self.build}" if self.build else "")
+        return f"{self.engine} serving {self.model_name}{ctx}; {spec}" + (f"; build {self.build}" if self.build else "")
 
 
 def _explain_http(server: ServerConfig, exc: Exception) -> ServerError:
@@ -326,9 +331,9 @@ def _models(doc: Any, where: str) -> tuple[tuple[str, ...], set[str], dict[str, 
             v = m.get(key)
             if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 31:
                 ctx[m["id"]] = v
-        meta = m.get("meta")
-        if isinstance(meta, dict) and isinstance(meta.get("n_ctx_train"), int) and m["id"] not in ctx:
-            pass  # the trained context, not the served one: /props says what is served
+        meta = m.get("meta")  # llama-server: the served context (n_ctx), not only the trained one
+        if isinstance(meta, dict) and _int(meta.get("n_ctx")) and m["id"] not in ctx:
+            ctx[m["id"]] = meta["n_ctx"]
     return tuple(ids), owners, ctx
 
 

@@ -75,7 +75,7 @@ class PairInfo:
 
     @classmethod
     def of_server(cls, config: RemoteConfig, caps: Capabilities) -> PairInfo:
-        return cls(target=caps.model, draft=None, backend=f"{caps.engine} at {config.label}",
+        return cls(target=caps.model_name, draft=None, backend=f"{caps.engine} at {config.label}",
                    n_ctx=caps.n_ctx or 0, supports_reasoning_switch=True, speculation_blocked="",
                    verify_ms={}, draft_ms=None, target_bytes=0, draft_bytes=0, remote=caps)
 
