@@ -8,7 +8,7 @@ llama-server, the server process) for as long as it is the loaded backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from specchat.engine.events import Event
@@ -46,8 +46,9 @@ class RemoteBackend:
             raise
         return cls(client, caps)
 
-    def answer(self, request: ChatRequest, cancel: Cancel, *, mode: str = "") -> Iterator[Event]:
-        return stream_answer(self.client, self.caps, request, cancel, mode=mode or self.mode_label)
+    def answer(self, request: ChatRequest, cancel: Cancel, *, mode: str = "",
+               observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
+        return stream_answer(self.client, self.caps, request, cancel, mode=mode or self.mode_label, observe=observe)
 
     @property
     def mode_label(self) -> str:

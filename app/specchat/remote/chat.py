@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ from specchat.engine.settings import Drafter, SamplingSettings
 from specchat.metrics import Counts
 
 from .client import Capabilities, Engine, ServerClient, StreamedEvents
-from .counters import RequestSpec, SpecCounters, delta, sglang_request_spec, vllm_request_spec
+from .counters import RequestSpec, SpecCounters, delta, sglang_request_spec, vllm_chunk_spec
 from .errors import ServerError
 from .rounds import RoundRebuilder, Timings
 
@@ -98,9 +98,11 @@ def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
 
 
 def stream_answer(client: ServerClient, caps: Capabilities, req: ChatRequest, cancel: Cancel,
-                  *, mode: str = "") -> Iterator[Event]:
-    """The answer to ``req`` from the server, as engine events (see the module docstring)."""
+                  *, mode: str = "", observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
+    """The answer to ``req`` from the server, as engine events (see the module docstring).
+    ``observe`` sees every chunk as the server sent it (after it parsed as an object)."""
     answer = _Answer(client, caps, mode or caps.engine)
+    answer.observe = observe
     try:
         with client.stream_events("/v1/chat/completions", request_body(caps, req)) as events:
             watcher = _Watcher(events, cancel)
@@ -171,6 +173,7 @@ class _Answer:
         self.server_wide = SpecCounters()  # vLLM: the counter deltas seen while this answer streamed
         self._next_poll = 0.0
         self.live_rounds_server_wide = caps.engine == Engine.VLLM and caps.metrics
+        self.observe: Callable[[dict], None] | None = None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -183,6 +186,8 @@ class _Answer:
             if data.strip() == "[DONE]":
                 break
             chunk = self._parse(data)
+            if self.observe is not None:
+                self.observe(chunk)
             yield from self._chunk(chunk)
             if self.live_rounds_server_wide and time.perf_counter() >= self._next_poll:
                 yield from self._poll_counters()
@@ -272,12 +277,13 @@ class _Answer:
             self.prompt = replace(self.prompt, prompt_tokens=prompt, reused_tokens=reused)
 
     def _summaries(self, chunk: dict) -> None:
-        if self.caps.engine == Engine.VLLM and chunk.get("metrics") is not None:
-            self.request_spec = vllm_request_spec(chunk.get("metrics"), self.where) or self.request_spec
-        if self.caps.engine == Engine.SGLANG:
-            for key in ("sglext", "meta_info"):
-                if chunk.get(key) is not None:
-                    self.request_spec = sglang_request_spec(chunk.get(key), self.where) or self.request_spec
+        """The answer's own speculation summary, in whichever chunk this server version puts it."""
+        found = None
+        if self.caps.engine == Engine.VLLM:
+            found = vllm_chunk_spec(chunk, self.where)
+        elif self.caps.engine == Engine.SGLANG and ("sglext" in chunk or "meta_info" in chunk):
+            found = sglang_request_spec(chunk if "sglext" in chunk else chunk.get("meta_info"), self.where)
+        self.request_spec = found or self.request_spec
 
     # -- vLLM's server-wide counters --------------------------------------------------------
 
