@@ -10,33 +10,67 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specchat.engine.events import Event
 
 from .chat import Cancel, ChatRequest, stream_answer
 from .client import Capabilities, ServerClient
+from .errors import ServerError
 from .servers import Keychain, ServerConfig
+
+if TYPE_CHECKING:
+    from .llama_server import ManagedServer
+
+MANAGED = "llama-server"  # a chat's backend value for the llama-server SpecChat starts itself
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedSpec:
+    """A llama-server SpecChat starts on 127.0.0.1 for a chat's own pair, with one of llama.cpp's
+    speculative types (the native drafters its Python API cannot reach: eagle3, mtp, dflash, ngram-*)."""
+
+    target: Path
+    draft: Path | None = None
+    spec_type: str = "draft-simple"
+    n_ctx: int = 4096
+    threads: int | None = None
+    gpu_layers: int | None = None
+    binary: str = ""  # a configured llama-server ("" = PATH, then a build of 'specchat servers build')
+    log_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteConfig:
     server: ServerConfig
+    managed: ManagedSpec | None = None  # set: start this server first (its URL is known once it runs)
+
+    @classmethod
+    def managed_server(cls, spec: ManagedSpec) -> RemoteConfig:
+        return cls(ServerConfig(MANAGED, "http://127.0.0.1:0"), spec)
 
     @property
     def label(self) -> str:
+        if self.managed is not None:
+            return f"llama-server on this machine ({self.managed.spec_type})"
         return f"{self.server.name} ({self.server.url})"
 
 
 class RemoteBackend:
     """A connected server: its capabilities, and answers as engine events."""
 
-    def __init__(self, client: ServerClient, caps: Capabilities) -> None:
+    def __init__(self, client: ServerClient, caps: Capabilities, process: ManagedServer | None = None) -> None:
         self.client = client
         self.caps = caps
+        self._process = process  # the ManagedServer this backend started and stops
 
     @classmethod
     def connect(cls, config: RemoteConfig, keychain: Keychain | None = None) -> RemoteBackend:
-        """Probe the server (ServerError, one line, when it cannot be used)."""
+        """Probe the server, after starting it when it is a managed one (ServerError, one line,
+        when it cannot be used)."""
+        if config.managed is not None:
+            return cls._start_managed(config.managed)
         key = (keychain or Keychain()).get(config.server.name)
         client = ServerClient(config.server, key)
         try:
@@ -45,6 +79,32 @@ class RemoteBackend:
             client.close()
             raise
         return cls(client, caps)
+
+    @classmethod
+    def _start_managed(cls, spec: ManagedSpec) -> RemoteBackend:
+        from specchat.profile import Profile
+
+        from .llama_server import ManagedServer, find_llama_server
+
+        binary = find_llama_server(spec.binary)
+        if binary is None:
+            raise ServerError("no llama-server found: put one on PATH, or build one with 'specchat servers build' "
+                              "(add --cuda, --metal or --vulkan for a GPU)")
+        log_dir = spec.log_dir or Profile.default().cache_dir / "llama-server-logs"
+        process = ManagedServer(binary, spec.target, spec.draft, spec_type=spec.spec_type, n_ctx=spec.n_ctx,
+                                threads=spec.threads, gpu_layers=spec.gpu_layers, log_dir=log_dir)
+        url = process.start()
+        try:
+            client = ServerClient(ServerConfig(MANAGED, url))
+            try:
+                caps = client.probe()
+            except BaseException:
+                client.close()
+                raise
+        except BaseException:
+            process.stop()
+            raise
+        return cls(client, caps, process)
 
     def answer(self, request: ChatRequest, cancel: Cancel, *, mode: str = "",
                observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
@@ -56,4 +116,56 @@ class RemoteBackend:
         return self.caps.engine + ("+draft" if self.caps.speculative else "")
 
     def close(self) -> None:
+        """Close the connection, and stop the server if this backend started it."""
         self.client.close()
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+
+
+def spec_type_offers(available: tuple[str, ...], target: Path | None, draft: Path | None) -> dict[str, str]:
+    """Each speculative type this llama-server lists → "" when the chat's models can use it, else why not.
+
+    What each needs (llama.cpp's common/speculative.cpp): ``draft-simple`` a draft model with the
+    target's tokenizer; ``draft-eagle3``/``draft-dflash``/``draft-dspark`` a trained drafter of that
+    kind as the draft file (its GGUF architecture says which); ``draft-mtp`` a target with
+    multi-token-prediction layers (``*.nextn_predict_layers``); ``ngram-*`` nothing but the text.
+    """
+    arch = ""
+    target_mtp = False
+    if draft is not None:
+        arch = _architecture(draft)
+    if target is not None:
+        target_mtp = _has_mtp(target)
+    out: dict[str, str] = {}
+    for kind in available:
+        if kind == "none" or kind.startswith("ngram"):
+            out[kind] = ""
+        elif kind == "draft-simple":
+            out[kind] = "" if draft is not None else "needs a draft model: choose one in the pair"
+        elif kind == "draft-mtp":
+            out[kind] = "" if target_mtp else "the target has no multi-token-prediction layers"
+        else:
+            want = kind.removeprefix("draft-")
+            out[kind] = "" if draft is not None and want in arch.lower() else \
+                f"needs a trained {want} drafter as the draft model"
+    return out
+
+
+def _metadata(path: Path) -> dict[str, object]:
+    from specchat.models.gguf_header import GGUFError, read_file_header
+
+    try:
+        return dict(read_file_header(path).metadata)
+    except (GGUFError, OSError):
+        return {}
+
+
+def _architecture(path: Path) -> str:
+    arch = _metadata(path).get("general.architecture")
+    return arch if isinstance(arch, str) else ""
+
+
+def _has_mtp(path: Path) -> bool:
+    meta = _metadata(path)
+    return any(k.endswith(".nextn_predict_layers") and isinstance(v, int) and v > 0 for k, v in meta.items())

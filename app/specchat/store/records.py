@@ -49,7 +49,9 @@ class ChatSettings:
     seed: int = 0xC0FFEE
     max_tokens: int = 2048
     task: str = "chat"  # one of TASK_TAGS or the user's own text
-    backend: str = ""  # "": this machine's engine (Local); else the name of a server in Settings → Servers
+    backend: str = ""  # "": this machine's engine (Local); "llama-server": one SpecChat starts for this
+    # chat's pair; else the name of a server in Settings → Servers
+    server_spec_type: str = "draft-simple"  # the managed llama-server's --spec-type
 
     def __post_init__(self) -> None:
         # Normalise what users and config files type, so equal settings compare equal.

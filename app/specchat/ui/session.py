@@ -17,7 +17,7 @@ from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.models.registry import Registry, RegistryError
 from specchat.pair_loading import pair_config, record_last_pair
 from specchat.profile import Profile
-from specchat.remote.backend import RemoteConfig
+from specchat.remote.backend import MANAGED, ManagedSpec, RemoteConfig
 from specchat.remote.errors import ServerError
 from specchat.remote.servers import ServerList, servers_file
 from specchat.store import ChatSettings, Store
@@ -54,6 +54,13 @@ class AppSession:
     def pair_config(self, settings: ChatSettings) -> PairConfig | RemoteConfig:
         """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI),
         or the server it names."""
+        if settings.backend == MANAGED:
+            if settings.target is None:
+                raise ValueError("no model pair chosen for this chat: choose one with Pair…")
+            return RemoteConfig.managed_server(ManagedSpec(
+                settings.target, settings.draft, spec_type=settings.server_spec_type,
+                n_ctx=as_int(self.config["n_ctx"]), threads=as_int(self.config["threads"]) or None,
+                log_dir=self.profile.cache_dir / "llama-server-logs"))
         if settings.backend:
             try:
                 return RemoteConfig(ServerList(servers_file(self.profile)).get(settings.backend))
