@@ -9,6 +9,7 @@ from specchat.engine.settings import Mode
 
 SPECULATION = [(Mode.AUTO, "Speculation: auto"), (Mode.DRAFT, "Draft model"), (Mode.LOOKUP, "Prompt lookup"),
                (Mode.BASELINE, "Plain (no speculation)")]
+SERVER_DECIDES = "the server decides its draft model and speculation (Chat settings… → Backend)"
 NO_SWITCH_TIP = ("This model's chat template has no reasoning switch (enable_thinking), "
                  "so reasoning cannot be turned on or off for it.")
 
@@ -40,6 +41,8 @@ class ChatHeader(QWidget):
         for control in (self.speculation, self.reasoning, self.temperature, self.more):
             row.addWidget(control)
         self._loading = False
+        self._pair_text = self.pair_label.text()
+        self.backend = ""  # "": this machine's pair; else the server (Settings → Servers) answering the chat
         self.speculation.currentIndexChanged.connect(
             lambda _i: self._emit({"speculation": self.speculation.currentData()}))
         self.reasoning.toggled.connect(lambda on: self._emit({"reasoning": on}))
@@ -58,9 +61,24 @@ class ChatHeader(QWidget):
             self.speculation.setCurrentIndex(max(0, self.speculation.findData(speculation)))
             self.reasoning.setChecked(reasoning)
             self.temperature.setValue(temperature)
-            self.pair_label.setText(pair_text)
+            self._pair_text = pair_text
         finally:
             self._loading = False
+        self._show_backend()
+
+    def set_backend(self, backend: str) -> None:
+        """Say which backend answers the shown chat: "" for this machine's pair, else a server's name."""
+        self.backend = backend
+        self._show_backend()
+
+    def _show_backend(self) -> None:
+        on_server = bool(self.backend)
+        self.pair_label.setText(f"on {self.backend}" if on_server else self._pair_text)
+        self.pair_label.setToolTip("a server answers this chat (Settings → Servers)" if on_server else "")
+        self.pair_button.setToolTip("Choose local models: this chat then runs on this machine" if on_server
+                                    else "Choose the target and draft models for this chat")
+        self.speculation.setEnabled(not on_server)
+        self.speculation.setToolTip(SERVER_DECIDES if on_server else "")
 
     def set_reasoning_available(self, available: bool | None) -> None:
         """None: no model loaded yet (leave it enabled, the choice is saved with the chat)."""

@@ -16,7 +16,9 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
 from specchat import __version__
+from specchat.errors import UserError
 from specchat.models.registry import RegistryError
+from specchat.remote.servers import ServerList, servers_file
 from specchat.store import ChatSettings
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import MemorySampler
@@ -27,7 +29,8 @@ from .chat_list import ChatList
 from .chat_pane import ChatPane
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
-from .settings_dialogs import SettingsDialog
+from .servers_dialog import ServersDialog
+from .settings_dialogs import ChatSettingsDialog, SettingsDialog
 from .task_table import TaskTableDialog
 from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
@@ -75,6 +78,9 @@ class MainWindow(QMainWindow):
         self.pane.titleChanged.connect(self.chats.refresh)
         self.pane.pairRequested.connect(self.open_models)
         self.pane.pairChanged.connect(self.answers.preload)
+        # the window opens Chat settings… itself: the dialog lists the profile's servers, which the pane cannot see
+        self.pane.header.settingsRequested.disconnect(self.pane.edit_chat_settings)
+        self.pane.header.settingsRequested.connect(self.edit_chat_settings)
         self.answers.pairLoading.connect(lambda name: self.pair_status.setText(f"loading {name}…"))
         self.answers.pairLoaded.connect(self._on_pair_loaded)
         self.answers.pairFailed.connect(self._on_pair_failed)
@@ -100,6 +106,7 @@ class MainWindow(QMainWindow):
             self.chats.select(chat_id)  # comes back here through chatSelected
             return
         self.pane.show_chat(chat_id)
+        self.pane.header.set_backend(self.pane.settings().backend)
         self._preload_shown()
 
     def new_chat(self) -> None:
@@ -139,9 +146,10 @@ class MainWindow(QMainWindow):
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self.telemetry.set_memory_shares(info.memory_shares)
+        self.telemetry.set_backend(info)
         self.pane.header.set_reasoning_available(info.supports_reasoning_switch)
         self.pair_status.setText(f"{info.target}" + (f" + {info.draft}" if info.draft else "")
-                                 + f" · {info.backend} · ctx {info.n_ctx}")
+                                 + f" · {info.backend}" + (f" · ctx {info.n_ctx}" if info.n_ctx else ""))
         if info.speculation_blocked:
             self.pane.show_notice(f"speculation off: {info.speculation_blocked}")
 
@@ -162,8 +170,13 @@ class MainWindow(QMainWindow):
         dialog = ModelsDialog(self.session.registry, self.session.downloads, self,
                               user_catalog=self.session.profile.user_catalog)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
-        dialog.pairChosen.connect(lambda t, d: self.pane.update_settings(target=t, draft=d))
+        dialog.pairChosen.connect(self._pair_chosen)
         return dialog
+
+    def _pair_chosen(self, target, draft) -> None:
+        """Choosing local models makes the chat run on this machine again."""
+        self.pane.update_settings(target=target, draft=draft, backend="")
+        self.pane.header.set_backend("")
 
     def open_models(self, tab: int = 1) -> None:
         dialog = self.models_dialog()
@@ -188,6 +201,36 @@ class MainWindow(QMainWindow):
             apply_theme(str(self.config["theme"]))
             # the next answer (or now, if idle) loads the pair with the new context, layers and thresholds
             self.answers.reload(self.pane.settings() if self.chat_id is not None else None)
+
+    def server_names(self) -> list[str]:
+        """The servers in Settings → Servers now (none, and the reason in the status bar, when unreadable)."""
+        try:
+            return [s.name for s in ServerList(servers_file(self.session.profile)).all()]
+        except UserError as exc:
+            self.statusBar().showMessage(str(exc), 20_000)
+            return []
+
+    def edit_chat_settings(self) -> None:
+        if self.chat_id is None:
+            return
+        chat_id, before = self.chat_id, self.pane.settings()
+        dialog = ChatSettingsDialog(before, self, servers=self.server_names())
+        if not dialog.exec() or self.chat_id != chat_id:
+            return
+        new = dialog.result_settings()
+        new.validate()
+        self.store.update_settings(chat_id, new)
+        self.pane.show_settings(new)
+        self.pane.header.set_backend(new.backend)
+        if new.backend != before.backend:
+            self._preload_shown()  # connect to the server (or load the local pair) before the first question
+
+    def open_servers(self) -> None:
+        dialog = ServersDialog(self.session.profile, self)
+        dialog.exec()
+        dialog.deleteLater()
+        if self.chat_id is not None:
+            self._preload_shown()  # a changed URL or model of the shown chat's server: reconnect while idle
 
     def show_task_table(self) -> None:
         TaskTableDialog(self.store, self).exec()

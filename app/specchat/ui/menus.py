@@ -35,8 +35,10 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("Download a pair…", "open_downloads"),
         Entry("Import GGUF files…", "import_files"),
         Entry("Manage models…", "open_models"),
-        SEPARATOR,
-        Entry("Settings…", "edit_app_settings"),
+    )),
+    ("&Settings", (
+        Entry("App settings…", "edit_app_settings"),
+        Entry("Servers…", "open_servers"),
     )),
     ("&View", (
         Entry("Telemetry panel", "action:telemetry"),

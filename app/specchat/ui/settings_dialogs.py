@@ -1,8 +1,9 @@
 """App settings (context, GPU layers, threads, controller thresholds, default mode, theme)
-and per-chat settings (system prompt, sampling, max tokens, task tag)."""
+and per-chat settings (backend, speculation, system prompt, sampling, max tokens, task tag)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from PySide6.QtWidgets import (
@@ -22,6 +23,10 @@ from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, a
 from specchat.errors import collect_warnings
 from specchat.store import ChatSettings
 
+from .chat_header import SPECULATION
+
+LOCAL = "Local (this machine)"
+SERVER_DECIDES = "the server decides its draft model and speculation"
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # a QSpinBox's widest range, for a side without a bound
 
 
@@ -103,11 +108,28 @@ class SettingsDialog(QDialog):
 
 
 class ChatSettingsDialog(QDialog):
-    def __init__(self, settings: ChatSettings, parent=None) -> None:
+    """One chat's settings.  ``servers``: the names in Settings → Servers, read by the caller when it opens."""
+
+    def __init__(self, settings: ChatSettings, parent=None, servers: Sequence[str] = ()) -> None:
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.base = settings
         form = QFormLayout(self)
+        self.backend = QComboBox()
+        self.backend.addItem(LOCAL, "")
+        for name in servers:
+            self.backend.addItem(f"Server: {name}", name)
+        if settings.backend and self.backend.findData(settings.backend) < 0:
+            # removed from Settings → Servers since: kept (answers say there is no such server) until changed
+            self.backend.addItem(f"Server: {settings.backend} (not in Settings → Servers)", settings.backend)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(settings.backend)))
+        self.pair = QLabel(_pair_text(settings))
+        self.speculation = QComboBox()
+        for key, text in SPECULATION:
+            self.speculation.addItem(text, key.value)
+        self.speculation.setCurrentIndex(max(0, self.speculation.findData(settings.speculation)))
+        self.local_note = QLabel(SERVER_DECIDES)
+        self.local_note.setStyleSheet("color:#666")
         self.system = QPlainTextEdit(settings.system_prompt)
         self.system.setFixedHeight(90)
         self.task = QComboBox()
@@ -120,14 +142,25 @@ class ChatSettingsDialog(QDialog):
         self.repeat = QDoubleSpinBox(minimum=0.5, maximum=2.0, singleStep=0.05, value=settings.repeat_penalty)
         self.seed = QLineEdit(str(settings.seed))
         self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
-        for label, w in (("System prompt", self.system), ("Task tag", self.task), ("top-k", self.top_k),
-                         ("top-p", self.top_p), ("min-p", self.min_p), ("Repeat penalty", self.repeat),
-                         ("Seed", self.seed), ("Max tokens", self.max_tokens)):
+        for label, w in (("Backend", self.backend), ("Model pair", self.pair), ("Speculation", self.speculation),
+                         ("", self.local_note), ("System prompt", self.system), ("Task tag", self.task),
+                         ("top-k", self.top_k), ("top-p", self.top_p), ("min-p", self.min_p),
+                         ("Repeat penalty", self.repeat), ("Seed", self.seed), ("Max tokens", self.max_tokens)):
             form.addRow(label, w)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        self.backend.currentIndexChanged.connect(lambda _i: self._backend_changed())
+        self._backend_changed()
+
+    def _backend_changed(self) -> None:
+        """A server runs its own models and drafting: the local pair and mode are kept, shown disabled."""
+        on_server = bool(self.backend.currentData())
+        self.pair.setEnabled(not on_server)
+        self.speculation.setEnabled(not on_server)
+        self.local_note.setVisible(on_server)
+        self.speculation.setToolTip(SERVER_DECIDES if on_server else "")
 
     def result_settings(self) -> ChatSettings:
         try:
@@ -136,4 +169,12 @@ class ChatSettingsDialog(QDialog):
             seed = self.base.seed
         return replace(self.base, system_prompt=self.system.toPlainText(), task=self.task.currentText(),
                        top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
-                       repeat_penalty=self.repeat.value(), seed=seed, max_tokens=self.max_tokens.value())
+                       repeat_penalty=self.repeat.value(), seed=seed, max_tokens=self.max_tokens.value(),
+                       backend=str(self.backend.currentData() or ""),
+                       speculation=str(self.speculation.currentData()))
+
+
+def _pair_text(s: ChatSettings) -> str:
+    if s.target is None:
+        return "none chosen (Pair… above the chat)"
+    return s.target.name + (f"  +  {s.draft.name}" if s.draft else "  (no draft)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -32,6 +33,10 @@ from PySide6.QtWidgets import (
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
+
+if TYPE_CHECKING:
+    from specchat.remote.client import Capabilities
+    from specchat.workers.generation import PairInfo
 
 REPAINT_MS = 20  # one plot per tick: every plot at 10 Hz where painting is cheap (DESIGN: 10 to 30 Hz)
 MAX_REPAINT_MS = 500
@@ -72,6 +77,10 @@ def stepped_window(first: float, last: float, minimum: float) -> tuple[float, fl
     return lo, lo + span
 
 
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 class _TimedPlots(pg.GraphicsLayoutWidget):
     """The plot area, remembering how long its paints take (EMA, in seconds)."""
 
@@ -96,6 +105,7 @@ class TelemetryPanel(QDockWidget):
         self._version = -1
         self._numbers_at = 0.0
         self._shares: tuple = ()
+        self.remote: Capabilities | None = None  # the loaded server's; None: this machine's pair
         body = QWidget()
         v = QVBoxLayout(body)
         v.setContentsMargins(4, 4, 4, 4)
@@ -106,6 +116,12 @@ class TelemetryPanel(QDockWidget):
         # window, conversation included (measured: 100+ ms frames on two cores)
         self.numbers.setFixedHeight(4 * self.numbers.fontMetrics().lineSpacing())
         v.addWidget(self.numbers)
+        # what a server backend cannot feed, one line each; set when a backend loads, not per frame
+        self.backend_notes = QLabel()
+        self.backend_notes.setWordWrap(True)
+        self.backend_notes.setTextFormat(Qt.TextFormat.RichText)
+        self.backend_notes.hide()
+        v.addWidget(self.backend_notes)
         pg.setConfigOptions(antialias=False, background="w", foreground="k")
         self.plots = _TimedPlots()
         self.plots.setMinimumWidth(440)
@@ -309,7 +325,7 @@ class TelemetryPanel(QDockWidget):
 
     def _paint_memory(self, snap) -> None:
         m = snap.memory
-        if len(m):
+        if len(m) and self.memory_plot_shown:
             tm = m.t - m.t[0]
             self.c_rss.setData(tm, m.rss / GIB)
             top = float(m.rss.max())
@@ -347,6 +363,40 @@ class TelemetryPanel(QDockWidget):
         """The loaded pair's estimated memory, split into target/draft weights, KV caches, buffers."""
         self._shares = tuple(shares)
         self.sample_memory()
+
+    @property
+    def memory_plot_shown(self) -> bool:
+        return self.p_mem.scene() is not None
+
+    def set_backend(self, info: PairInfo) -> None:
+        """The loaded backend: a server hides what it cannot feed and says so; a local pair restores it all.
+
+        This machine's memory says nothing of a server's, so the memory plot shows only where
+        the server's box reports its GPU memory (a dcgm-exporter URL that answered).
+        """
+        caps = info.remote
+        self.remote = caps
+        self._show_memory_plot(caps is None or caps.vram)
+        if caps is None:
+            self.backend_notes.clear()
+            self.backend_notes.hide()
+            return
+        lines = [f"<b>{_esc(caps.engine)}</b> serves this chat: {_esc(caps.describe())}"]
+        lines += [f"· {_esc(n)}" for n in caps.notes]
+        self.backend_notes.setText("<br>".join(lines))
+        # a height fixed per backend (not per frame): each line may wrap once in the dock's width
+        self.backend_notes.setFixedHeight(min(12, 2 * len(lines)) * self.backend_notes.fontMetrics().lineSpacing())
+        self.backend_notes.show()
+
+    def _show_memory_plot(self, show: bool) -> None:
+        """Take the memory plot out of the layout (the round plots get its room), or put it back."""
+        if show == self.memory_plot_shown:
+            return
+        if show:
+            self.plots.addItem(self.p_mem, row=4, col=0)
+            self._painted[self._groups.index(self._paint_memory)] = None  # repaint it with what it missed
+        else:
+            self.plots.removeItem(self.p_mem)
 
     # -- buttons ---------------------------------------------------------------------------
 
