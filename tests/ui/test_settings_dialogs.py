@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specchat.config import SCHEMA, AppConfig
-from specchat.ui.settings_dialogs import SettingsDialog
+from specchat.store import ChatSettings
+from specchat.ui.settings_dialogs import ChatSettingsDialog, SettingsDialog
 
 
 def test_every_setting_has_a_field_and_saved_values_come_back(qtbot, tmp_path):
@@ -70,3 +73,25 @@ def test_saving_over_a_config_damaged_on_disk_keeps_it_aside_and_says_so(qtbot, 
     assert moved.read_bytes() == b"k_max = = 3\n"
     assert len(dialog.notes) == 1 and moved.name in dialog.notes[0]
     assert AppConfig(path)["k_max"] == 5
+
+
+def test_chat_settings_offers_the_servers_and_disables_what_the_server_decides(qtbot):
+    dialog = ChatSettingsDialog(ChatSettings(target=Path("t.gguf"), draft=Path("d.gguf"), speculation="draft"),
+                                servers=("gpu-box", "lab"))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    combo = dialog.backend
+    assert [combo.itemData(i) for i in range(combo.count())] == ["", "gpu-box", "lab"]
+    assert dialog.speculation.isEnabled() and not dialog.local_note.isVisible()
+    combo.setCurrentIndex(combo.findData("lab"))
+    assert not dialog.speculation.isEnabled() and not dialog.pair.isEnabled()
+    assert dialog.local_note.isVisible() and "server decides" in dialog.local_note.text()
+    chosen = dialog.result_settings()
+    assert chosen.backend == "lab" and chosen.speculation == "draft" and chosen.target == Path("t.gguf")
+
+
+def test_a_chat_whose_server_was_removed_keeps_naming_it(qtbot):
+    dialog = ChatSettingsDialog(ChatSettings(backend="gone"), servers=("gpu-box",))
+    qtbot.addWidget(dialog)
+    assert dialog.backend.currentData() == "gone" and "not in Settings" in dialog.backend.currentText()
+    assert dialog.result_settings().backend == "gone"

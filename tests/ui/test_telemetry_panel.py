@@ -115,3 +115,49 @@ def test_axis_ranges_step_so_ticks_are_not_rebuilt_every_round():
     windows = {stepped_window(0, last, 20) for last in range(0, 101)}
     assert len(windows) <= 8  # 101 rounds, a handful of distinct x ranges (not 101)
     assert all(lo <= 0 and hi >= 100 for lo, hi in [stepped_window(0, 100, 20)])
+
+
+def _server_info(**caps):
+    from specchat.remote.backend import RemoteConfig
+    from specchat.remote.client import Capabilities
+    from specchat.remote.servers import ServerConfig
+    from specchat.workers.generation import PairInfo
+
+    base = dict(engine="vllm", models=("Qwen/Qwen3-8B",), model="Qwen/Qwen3-8B", n_ctx=32768,
+                notes=("live acceptance: vLLM's /metrics counters, which cover the whole server, not this chat",
+                       "GPU memory: servers do not report it; give the box's dcgm-exporter URL to see it"))
+    return PairInfo.of_server(RemoteConfig(ServerConfig("gpu-box", "http://gpu-box:8000")),
+                              Capabilities(**(base | caps)))
+
+
+def _local_info():
+    from specchat.workers.generation import PairInfo
+
+    return PairInfo(target="t.gguf", draft="d.gguf", backend="CPU", n_ctx=4096, supports_reasoning_switch=True,
+                    speculation_blocked="", verify_ms={}, draft_ms=None, target_bytes=1, draft_bytes=1)
+
+
+def test_a_server_backend_hides_the_memory_plot_and_says_what_it_cannot_feed(panel):
+    assert panel.memory_plot_shown and not panel.backend_notes.isVisible()
+    panel.set_backend(_server_info())
+    assert not panel.memory_plot_shown  # this machine's memory says nothing of the server's
+    notes = panel.backend_notes.text()
+    assert panel.backend_notes.isVisible() and "vllm serving Qwen/Qwen3-8B" in notes
+    assert "cover the whole server" in notes and "dcgm-exporter" in notes
+    feed(panel, answer_events([R(3, 3, 2)] * 4))  # remote rounds still fill the round plots
+    assert len(panel.c_k.yData) == 4
+    panel.set_backend(_local_info())
+    assert panel.memory_plot_shown and not panel.backend_notes.isVisible() and panel.remote is None
+    panel.sample_memory()
+    panel.repaint_now()
+    assert panel.c_rss.yData is not None and len(panel.c_rss.yData) >= 1
+
+
+def test_a_server_whose_gpu_exporter_answered_keeps_the_memory_plot(panel):
+    panel.set_backend(_server_info(vram=True, notes=("live acceptance: vLLM's /metrics counters",)))
+    assert panel.memory_plot_shown and "dcgm" not in panel.backend_notes.text()
+
+
+def test_a_model_id_is_shown_as_text_not_markup(panel):
+    panel.set_backend(_server_info(model="<img src=x>", models=("<img src=x>",)))
+    assert "&lt;img src=x&gt;" in panel.backend_notes.text()
