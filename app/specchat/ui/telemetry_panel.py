@@ -354,6 +354,8 @@ class TelemetryPanel(QDockWidget):
             parts.append(f"{g.name}: {g.used / GIB:.1f}/{g.total / GIB:.1f} GiB"
                          + (f" (this process {g.process_used / GIB:.2f})" if g.process_used is not None else ""))
         text = f"{self.sampler.description}: " + " · ".join(parts)
+        if self.remote is not None:
+            text = "this machine (the app; the server's memory is its own): " + text
         if self._shares:
             text += "<br>estimate: " + " · ".join(f"{sh.label} {sh.bytes / GIB:.2f} GiB ({sh.share:.0%})"
                                                   for sh in self._shares)
@@ -377,11 +379,12 @@ class TelemetryPanel(QDockWidget):
         caps = info.remote
         self.remote = caps
         self._show_memory_plot(caps is None or caps.vram)
+        self.sample_memory()  # the memory line says whose memory it is
         if caps is None:
             self.backend_notes.clear()
             self.backend_notes.hide()
             return
-        lines = [f"<b>{_esc(caps.engine)}</b> serves this chat: {_esc(caps.describe())}"]
+        lines = [f"<b>On a server</b>: {_esc(caps.describe())}"]
         lines += [f"· {_esc(n)}" for n in caps.notes]
         self.backend_notes.setText("<br>".join(lines))
         # a height fixed per backend (not per frame): each line may wrap once in the dock's width
