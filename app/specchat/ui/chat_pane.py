@@ -186,7 +186,8 @@ class ChatPane(QWidget):
         text = self.composer.toPlainText().strip()
         if not text or self.chat_id is None or self.generating:
             return
-        if self.settings().target is None:
+        s = self.settings()
+        if s.target is None and not s.backend:  # a server chat needs no local pair
             self.show_notice(NO_PAIR, error=True)
             return
         self.composer.clear()
