@@ -126,6 +126,17 @@ def test_a_binary_that_is_not_llama_server_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_a_binary_hanging_on_help_is_given_up_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(llama_server, "HELP_TIMEOUT_S", 1.0)
+    hang = tmp_path / "llama-server"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="--help did not finish in 1 s"):
+        server_help(hang)
+    assert time.monotonic() - started < 10
+
+
 def test_help_without_spec_type_lists_no_types():
     h = parse_help("-m,    --model FNAME                    model path to load\n"
                    "--port PORT                             port to listen (default: 8080)\n", Path("x"))
@@ -222,6 +233,26 @@ def test_a_server_not_ready_in_time_is_stopped_and_said_to_be_loading(fake_llama
     server = ManagedServer(fake_llama_server, target, log_dir=tmp_path)
     with pytest.raises(ServerError, match=r"not ready in 1 s \(still loading the model\)"):
         server.start(timeout_s=1)
+    assert not alive(runs(fake_llama_server)[0]["pid"]) and not supervisor_threads()
+
+
+def test_stop_during_start_ends_the_start_at_once(fake_llama_server, models, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_LLAMA_LOAD_S", "60")
+    server = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path)
+    errors: list[ServerError] = []
+
+    def start() -> None:
+        try:
+            server.start(timeout_s=60)
+        except ServerError as e:
+            errors.append(e)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    assert wait_for(lambda: bool(runs(fake_llama_server)))
+    server.stop()
+    starter.join(10)
+    assert not starter.is_alive() and "stopped while starting" in str(errors[0])
     assert not alive(runs(fake_llama_server)[0]["pid"]) and not supervisor_threads()
 
 
@@ -370,6 +401,7 @@ def test_a_killed_owner_leaves_no_orphan_server(fake_llama_server, models, tmp_p
          "time.sleep(600)\n",
          str(fake_llama_server), str(models[0]), str(tmp_path)],
         stdout=subprocess.PIPE, text=True)
+    pid = None
     try:
         pid = int(owner.stdout.readline())
         assert alive(pid)
@@ -380,6 +412,8 @@ def test_a_killed_owner_leaves_no_orphan_server(fake_llama_server, models, tmp_p
         owner.kill()
         owner.wait()
         owner.stdout.close()
+        if pid is not None and alive(pid):  # the orphan this test is about: never leave it running
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- finding a binary ----------------------------------------------------------------------------
