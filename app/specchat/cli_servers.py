@@ -77,7 +77,8 @@ def cmd_servers(args: argparse.Namespace) -> int:
     if command == "build":
         from specchat.remote.build import build_llama_server, default_build_root
 
-        binary = build_llama_server(default_build_root(), accel=args.accel or "cpu", sdist=args.sdist)
+        binary = build_llama_server(default_build_root(), accel=args.accel or "cpu", sdist=args.sdist,
+                                    log=lambda line: print(line, file=sys.stderr, flush=True))
         print(binary)
         return 0
     raise ServerError(f"unknown servers command {command!r}")
