@@ -38,6 +38,7 @@ UI_ALLOWED = (
     "specchat.remote.backend",  # RemoteConfig: what a chat's server backend names
     "specchat.remote.client",  # Capabilities: what a server said it can report
     "specchat.remote.errors",
+    "specchat.remote.llama_server",  # which llama-server and which --spec-type values it offers
     "specchat.models.catalog",
     "specchat.models.registry",
     "specchat.models.fit",

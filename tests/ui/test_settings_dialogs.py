@@ -81,7 +81,7 @@ def test_chat_settings_offers_the_servers_and_disables_what_the_server_decides(q
     qtbot.addWidget(dialog)
     dialog.show()
     combo = dialog.backend
-    assert [combo.itemData(i) for i in range(combo.count())] == ["", "gpu-box", "lab"]
+    assert [combo.itemData(i) for i in range(combo.count())] == ["", "llama-server", "gpu-box", "lab"]
     assert dialog.speculation.isEnabled() and not dialog.local_note.isVisible()
     combo.setCurrentIndex(combo.findData("lab"))
     assert not dialog.speculation.isEnabled() and not dialog.pair.isEnabled()
@@ -95,3 +95,34 @@ def test_a_chat_whose_server_was_removed_keeps_naming_it(qtbot):
     qtbot.addWidget(dialog)
     assert dialog.backend.currentData() == "gone" and "not in Settings" in dialog.backend.currentText()
     assert dialog.result_settings().backend == "gone"
+
+
+def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_models_can_use(
+        qtbot, tmp_path, monkeypatch):
+    """The managed backend lists the --spec-type values of the llama-server found on PATH (its real
+    help text), usable ones enabled, the others greyed out with why (no MTP layers, no EAGLE3 head)."""
+    import os
+    import stat
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "remote"))
+    from fake_llama_server import HELP
+
+    from specchat.remote.backend import MANAGED
+
+    (tmp_path / "help.txt").write_text(HELP)
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\n")
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    settings = ChatSettings(target=tmp_path / "t.gguf", draft=tmp_path / "d.gguf", server_spec_type="draft-mtp")
+    d = ChatSettingsDialog(settings)
+    qtbot.addWidget(d)
+    d.backend.setCurrentIndex(d.backend.findData(MANAGED))
+    kinds = {d.spec_type.itemData(i): d.spec_type.model().item(i).isEnabled() for i in range(d.spec_type.count())}
+    assert kinds["draft-simple"] and kinds["ngram-mod"] and kinds["none"]
+    assert not kinds["draft-mtp"] and not kinds["draft-eagle3"]
+    assert "multi-token" in d.spec_type.model().item(d.spec_type.findData("draft-mtp")).toolTip()
+    out = d.result_settings()
+    assert out.backend == MANAGED and out.server_spec_type == "draft-simple"  # the asked-for one cannot run
+    assert d.pair.isEnabled() and not d.speculation.isEnabled()

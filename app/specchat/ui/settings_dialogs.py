@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -21,12 +22,17 @@ from PySide6.QtWidgets import (
 
 from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, as_int
 from specchat.errors import collect_warnings
+from specchat.remote.backend import MANAGED, spec_type_offers
+from specchat.remote.errors import ServerError
+from specchat.remote.llama_server import find_llama_server, server_help
 from specchat.store import ChatSettings
 
 from .chat_header import SPECULATION
 
 LOCAL = "Local (this machine)"
 SERVER_DECIDES = "the server decides its draft model and speculation"
+MANAGED_TEXT = "llama-server on this machine (this chat's pair)"
+MANAGED_NOTE = "SpecChat starts llama-server with this pair and the drafter below, and stops it with the app"
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # a QSpinBox's widest range, for a side without a bound
 
 
@@ -117,6 +123,7 @@ class ChatSettingsDialog(QDialog):
         form = QFormLayout(self)
         self.backend = QComboBox()
         self.backend.addItem(LOCAL, "")
+        self.backend.addItem(MANAGED_TEXT, MANAGED)
         for name in servers:
             self.backend.addItem(f"Server: {name}", name)
         if settings.backend and self.backend.findData(settings.backend) < 0:
@@ -128,6 +135,10 @@ class ChatSettingsDialog(QDialog):
         for key, text in SPECULATION:
             self.speculation.addItem(text, key.value)
         self.speculation.setCurrentIndex(max(0, self.speculation.findData(settings.speculation)))
+        self.spec_type = QComboBox()
+        self.spec_type.setToolTip("llama.cpp's speculative type for the llama-server SpecChat starts; a type the "
+                                  "chat's models cannot use is greyed out, with the reason")
+        self._spec_types_read = False
         self.local_note = QLabel(SERVER_DECIDES)
         self.local_note.setStyleSheet("color:#666")
         self.system = QPlainTextEdit(settings.system_prompt)
@@ -143,7 +154,7 @@ class ChatSettingsDialog(QDialog):
         self.seed = QLineEdit(str(settings.seed))
         self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
         for label, w in (("Backend", self.backend), ("Model pair", self.pair), ("Speculation", self.speculation),
-                         ("", self.local_note), ("System prompt", self.system), ("Task tag", self.task),
+                         ("llama.cpp drafter", self.spec_type), ("", self.local_note), ("System prompt", self.system), ("Task tag", self.task),
                          ("top-k", self.top_k), ("top-p", self.top_p), ("min-p", self.min_p),
                          ("Repeat penalty", self.repeat), ("Seed", self.seed), ("Max tokens", self.max_tokens)):
             form.addRow(label, w)
@@ -156,11 +167,38 @@ class ChatSettingsDialog(QDialog):
 
     def _backend_changed(self) -> None:
         """A server runs its own models and drafting: the local pair and mode are kept, shown disabled."""
-        on_server = bool(self.backend.currentData())
+        data = self.backend.currentData()
+        managed = data == MANAGED
+        on_server = bool(data) and not managed
         self.pair.setEnabled(not on_server)
-        self.speculation.setEnabled(not on_server)
-        self.local_note.setVisible(on_server)
-        self.speculation.setToolTip(SERVER_DECIDES if on_server else "")
+        self.speculation.setEnabled(not data)
+        self.local_note.setText(MANAGED_NOTE if managed else SERVER_DECIDES)
+        self.local_note.setVisible(bool(data))
+        self.speculation.setToolTip(SERVER_DECIDES if data else "")
+        self.spec_type.setEnabled(managed)
+        if managed and not self._spec_types_read:
+            self._fill_spec_types()
+
+    def _fill_spec_types(self) -> None:
+        """The speculative types the llama-server on this machine lists, those the chat's models
+        cannot use greyed out with the reason (read once, when the managed backend is chosen)."""
+        self._spec_types_read = True
+        offers, problem = managed_spec_types(self.base.target, self.base.draft)
+        model = self.spec_type.model()
+        if problem:
+            self.spec_type.addItem(problem, "")
+        for kind, why in offers.items():
+            self.spec_type.addItem(kind if not why else f"{kind} ({why})", kind)
+            if why and isinstance(model, QStandardItemModel):
+                item = model.item(self.spec_type.count() - 1)
+                item.setEnabled(False)
+                item.setToolTip(why)
+        want = self.spec_type.findData(self.base.server_spec_type)
+        if want >= 0 and not offers.get(self.base.server_spec_type):
+            self.spec_type.setCurrentIndex(want)
+        else:
+            usable = [k for k, why in offers.items() if not why and k != "none"]
+            self.spec_type.setCurrentIndex(max(0, self.spec_type.findData(usable[0] if usable else "none")))
 
     def result_settings(self) -> ChatSettings:
         try:
@@ -171,7 +209,20 @@ class ChatSettingsDialog(QDialog):
                        top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
                        repeat_penalty=self.repeat.value(), seed=seed, max_tokens=self.max_tokens.value(),
                        backend=str(self.backend.currentData() or ""),
+                       server_spec_type=str(self.spec_type.currentData() or self.base.server_spec_type),
                        speculation=str(self.speculation.currentData()))
+
+
+def managed_spec_types(target, draft) -> tuple[dict[str, str], str]:
+    """({spec type: why it cannot be used, "" when it can}, a problem line when there is no llama-server)."""
+    try:
+        binary = find_llama_server()
+        if binary is None:
+            return {}, "no llama-server: build one with 'specchat servers build'"
+        available = server_help(binary).spec_types
+    except ServerError as exc:
+        return {}, str(exc)
+    return spec_type_offers(available, target, draft), ""
 
 
 def _pair_text(s: ChatSettings) -> str:
