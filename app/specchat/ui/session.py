@@ -26,6 +26,7 @@ from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.answers import AnswerService
 from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
+from specchat.workers.hub_tasks import HubTasks
 
 log = logging.getLogger(__name__)
 PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
@@ -46,6 +47,7 @@ class AppSession:
         self.recorder = TelemetryRecorder(settings=config.controller())
         self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice)
         self.downloads = DownloadService()
+        self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
@@ -92,5 +94,6 @@ class AppSession:
         self.answers.shutdown()
         self.window.telemetry.sampler.close()
         self.downloads.shutdown()
+        self.hub.shutdown()
         self.generation.shutdown()
         self.store.close()

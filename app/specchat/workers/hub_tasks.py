@@ -1,0 +1,112 @@
+"""Asking the hub off the GUI thread: searches, file lists, header checks, the draft finder.
+
+Each task is a plain Qt-free callable from :mod:`specchat.models` that takes a
+``should_cancel`` function and returns a result or raises a one-line ``UserError``.  One
+thread for the session's life runs one task at a time, in order (Orange3's rule: one task
+per worker); :meth:`HubTasks.cancel` marks a task so that it stops at its next check, and
+a view keeps the id of the task it waits for and drops every other result, so a slow
+search never overwrites the one typed after it.  Network reads inside a task are bounded
+by their own deadlines (:mod:`specchat.models.remote`), so :meth:`shutdown` waits at most
+one such read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from specchat.errors import UserError, one_line
+
+from .threads import end_thread, start_thread
+
+log = logging.getLogger(__name__)
+Task = Callable[[Callable[[], bool]], Any]  # should_cancel -> result
+
+
+class TaskCancelled(UserError):
+    """Raised by a task that saw its cancel: its result is dropped, never shown."""
+
+
+class _Worker(QObject):
+    done = Signal(int, object)  # task id, result
+    failed = Signal(int, str)  # task id, one line
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._cancelled: set[int] = set()
+        self.closing = threading.Event()
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            self._cancelled.add(task_id)
+
+    def is_cancelled(self, task_id: int) -> bool:
+        with self._lock:
+            return self.closing.is_set() or task_id in self._cancelled
+
+    @Slot(int, object)
+    def run(self, task_id: int, task: Task) -> None:
+        try:
+            if self.is_cancelled(task_id):
+                return
+            result = task(lambda: self.is_cancelled(task_id))
+        except TaskCancelled:
+            return
+        except UserError as exc:
+            self.failed.emit(task_id, one_line(str(exc)))
+        except Exception as exc:  # a bug must not end the thread: say it in one line, log the rest
+            log.exception("hub task %d failed", task_id)
+            self.failed.emit(task_id, one_line(f"{type(exc).__name__}: {exc}"))
+        else:
+            if not self.is_cancelled(task_id):
+                self.done.emit(task_id, result)
+        finally:
+            with self._lock:
+                self._cancelled.discard(task_id)
+
+
+class HubTasks(QObject):
+    """GUI-side handle of the hub thread; owned by the session, lent to dialogs."""
+
+    done = Signal(int, object)
+    failed = Signal(int, str)
+    _run = Signal(int, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread = QThread()
+        self._thread.setObjectName("specchat-hub")
+        self._worker = _Worker()
+        self._worker.moveToThread(self._thread)
+        self._thread.finished.connect(self._worker.deleteLater)
+        self._run.connect(self._worker.run)
+        self._worker.done.connect(self.done)
+        self._worker.failed.connect(self.failed)
+        start_thread(self._thread)
+        self._next = 0
+
+    def submit(self, task: Task) -> int:
+        """Queue ``task``; returns its id, which ``done`` or ``failed`` carry (never both; neither if cancelled)."""
+        self._next += 1
+        self._run.emit(self._next, task)
+        return self._next
+
+    def cancel(self, task_id: int | None) -> None:
+        if task_id is not None:
+            self._worker.cancel(task_id)
+
+    def shutdown(self, patience_ms: int = 2_000) -> None:
+        """Cancel everything queued or running and end the thread."""
+        self._worker.closing.set()
+        end_thread(self._thread, patience_ms)
+
+
+def raise_if(should_cancel: Callable[[], bool]) -> None:
+    """For tasks made of steps: stop between two of them once cancelled."""
+    if should_cancel():
+        raise TaskCancelled("cancelled")
