@@ -167,7 +167,7 @@ class MainWindow(QMainWindow):
     # -- menu entries (see menus.py) ------------------------------------------------------------
 
     def models_dialog(self) -> ModelsDialog:
-        dialog = ModelsDialog(self.session.registry, self.session.downloads, self,
+        dialog = ModelsDialog(self.session.registry, self.session.downloads, self.session.hub, self,
                               user_catalog=self.session.profile.user_catalog)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
         dialog.pairChosen.connect(self._pair_chosen)

@@ -25,11 +25,14 @@ from PySide6.QtWidgets import (
 
 from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
+from specchat.models.compatibility import PairCompatibility
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
-from specchat.models.hub import DownloadProgress, human_bytes
+from specchat.models.hub import DownloadProgress, HubFile, human_bytes
 from specchat.models.registry import Registry, RegistryError
+from specchat.models.remote import check_remote_pair
 from specchat.workers.download import DownloadService
+from specchat.workers.hub_tasks import HubTasks
 
 ROLE = Qt.ItemDataRole.UserRole
 
@@ -53,13 +56,15 @@ def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) 
 class ModelsDialog(QDialog):
     pairChosen = Signal(object, object)  # target Path, draft Path | None
 
-    def __init__(self, registry: Registry, downloads: DownloadService, parent=None, *,
+    def __init__(self, registry: Registry, downloads: DownloadService, hub: HubTasks, parent=None, *,
                  user_catalog: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(900, 560)
         self.registry = registry
         self.downloads = downloads
+        self.hub = hub
+        self._check: int | None = None  # the header check that must pass before the download starts
         # a damaged catalog.toml or a bad entry of it hides only itself; the problems are said below
         self.pairs, self.catalog_problems = load_catalog_lenient(user_catalog)
         self.free_vram, self.free_ram = free_memory()
@@ -84,6 +89,9 @@ class ModelsDialog(QDialog):
         downloads.progress.connect(self._on_progress)
         downloads.finished.connect(self._on_finished)
         downloads.failed.connect(self._on_failed)
+        hub.done.connect(self._on_checked)
+        hub.failed.connect(self._on_check_failed)
+        self.check_text = ""
         self.refresh_installed()
 
     # -- catalog --------------------------------------------------------------------
@@ -117,7 +125,7 @@ class ModelsDialog(QDialog):
         self.download_button.clicked.connect(self.download_selected)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
-        self.cancel_button.clicked.connect(self.downloads.cancel)
+        self.cancel_button.clicked.connect(self.cancel_download)
         self.progress = QProgressBar()
         self.progress_label = QLabel("Downloads resume where they stopped and are checked against their hash.")
         buttons.addWidget(self.download_button)
@@ -136,11 +144,59 @@ class ModelsDialog(QDialog):
             return
         pair = next(p for p in self.pairs if p.id == name.data(ROLE))
         files = [pair.target.hub_file()] + ([pair.drafts[0].hub_file()] if pair.drafts else [])
-        self._sources = [pair.target.ref] + ([pair.drafts[0].ref] if pair.drafts else [])
-        self._job = self.downloads.start(files)
+        sources = [pair.target.ref] + ([pair.drafts[0].ref] if pair.drafts else [])
+        self.download_checked(files, sources, pair.name)
+
+    def download_checked(self, files: list[HubFile], sources: list[str], name: str) -> None:
+        """Download ``files`` (a target, then its draft); a pair's two headers are checked first, as
+        ``specchat models pull`` does, so an incompatible pair costs two headers, not gigabytes."""
+        if self.downloads.active is not None or self._check is not None:
+            return
+        self._sources = sources
         self.download_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.progress_label.setText(f"Starting {pair.name}…")
+        if len(files) != 2:
+            self._start_download(files, name)
+            return
+        self.progress_label.setText(f"Checking that {name}'s draft shares the target's tokenizer (headers only)…")
+
+        def check(should_cancel) -> tuple[PairCompatibility, int]:  # noqa: ANN001 (the hub thread's cancel check)
+            return check_remote_pair(files[0], files[1])
+
+        self._check = self.hub.submit(check)
+        self._pending = (files, name)
+
+    def _on_checked(self, task: int, result: object) -> None:
+        if task != self._check:
+            return
+        self._check = None
+        assert isinstance(result, tuple)  # check_remote_pair's (verdict, bytes read)
+        verdict: PairCompatibility = result[0]
+        fetched: int = result[1]
+        files, name = self._pending
+        if not verdict:
+            self._end(f"Not downloaded: {name} is not a usable pair ({verdict.reason}); "
+                      f"found from the two headers, {human_bytes(fetched)} read.")
+            return
+        self.check_text = f"Headers checked ({human_bytes(fetched)} read): the draft shares the target's tokenizer."
+        self._start_download(files, name)
+
+    def _on_check_failed(self, task: int, message: str) -> None:
+        if task == self._check:
+            self._check = None
+            self._end(f"Not downloaded: {message}")
+
+    def _start_download(self, files: list[HubFile], name: str) -> None:
+        self._job = self.downloads.start(files)
+        self.progress_label.setText(f"Starting {name}…")
+
+    def cancel_download(self) -> None:
+        if self._check is not None:
+            self.hub.cancel(self._check)
+            self._check = None
+            self._end("Cancelled before the download started.")
+            return
+        self.downloads.cancel()
 
     def _on_progress(self, job: int, p: DownloadProgress) -> None:
         if job != self._job:
@@ -161,7 +217,9 @@ class ModelsDialog(QDialog):
         except (GGUFError, RegistryError) as exc:  # the files stay where they are; say why they are not listed
             self._end(f"Downloaded, but not registered: {exc}")
             return
-        self._end(f"Downloaded and verified: {', '.join(Path(p).name for p in paths)}")
+        self._end(" ".join(filter(None, [self.check_text,
+                                         f"Downloaded and verified: {', '.join(Path(p).name for p in paths)}"])))
+        self.check_text = ""
         self.refresh_installed()
         self.tabs.setCurrentIndex(1)
 
