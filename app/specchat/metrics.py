@@ -212,6 +212,67 @@ COUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
 _FIELD_KINDS: dict[str, type] = {f.name: float if f.type in ("float", float) else int for f in fields(Counts)}
 
 
+# -- the reasoning block and the answer, apart ------------------------------------------------------
+
+REASONING, ANSWER = "reasoning", "answer"
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSplit:
+    """One answer's rounds filed under the phase they ran in: inside the ``<think>`` block
+    or after it.  Reasoning is known to lower acceptance, so the two are shown apart.
+
+    Each phase's counts are its rounds' counts plus, as its tokens and decode time, the
+    tokens those rounds emitted and their wall time (so ``decode_tok_s`` is the phase's
+    own speed; the first token, which comes out of the prefill, is in neither).
+    Additive like :class:`Counts`, so per-task totals pool exactly.
+    """
+
+    reasoning: Counts = Counts()
+    answer: Counts = Counts()
+
+    @staticmethod
+    def round_counts(round_counts: Counts, emitted: int, wall_s: float) -> Counts:
+        return round_counts + Counts(tokens=emitted, decoded=emitted, decode_s=wall_s)
+
+    def add(self, phase: str, counts: Counts) -> PhaseSplit:
+        if phase == REASONING:
+            return PhaseSplit(self.reasoning + counts, self.answer)
+        return PhaseSplit(self.reasoning, self.answer + counts)
+
+    def __add__(self, other: object) -> PhaseSplit:
+        if not isinstance(other, PhaseSplit):
+            return NotImplemented
+        return PhaseSplit(self.reasoning + other.reasoning, self.answer + other.answer)
+
+    @property
+    def has_reasoning(self) -> bool:
+        """True when some rounds ran inside a reasoning block: only then is a split worth showing."""
+        return self.reasoning.rounds > 0
+
+    def to_dict(self) -> dict[str, dict[str, int | float]]:
+        return {REASONING: self.reasoning.to_dict(), ANSWER: self.answer.to_dict()}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> PhaseSplit:
+        """Lenient like :meth:`Counts.from_dict`; a missing document is no split."""
+        doc = doc or {}
+        return cls(Counts.from_dict(doc.get(REASONING) or {}), Counts.from_dict(doc.get(ANSWER) or {}))
+
+    def summary(self) -> str:
+        """'reasoning 61% accepted, 18.2 tok/s · answer 83% accepted, 24.9 tok/s' ('' without reasoning)."""
+        if not self.has_reasoning:
+            return ""
+        return " · ".join(f"{name} {_phase_text(c)}" for name, c in ((REASONING, self.reasoning),
+                                                                     (ANSWER, self.answer)) if c.rounds)
+
+
+def _phase_text(c: Counts) -> str:
+    acc = "no draft" if c.token_acceptance is None else f"{c.token_acceptance:.0%} accepted"
+    speed = "" if c.decode_tok_s is None else f", {c.decode_tok_s:.1f} tok/s"
+    return acc + speed
+
+
 def counted(name: str) -> property:
     """A read-only attribute that reads ``self.counts.<name>``: records that embed a
     :class:`Counts` keep the flat names their readers use."""

@@ -116,3 +116,27 @@ def test_every_count_of_an_answer_is_kept_and_pooled(store):
     assert pooled.rounds == 10 and pooled.verify_s == pytest.approx(0.2)
     assert pooled.prefill_tok_s == pytest.approx((20 + 50) / 0.5)  # reused prompt tokens cost nothing
     assert row.speculative_tok_s == pytest.approx((40 + 10) / 3.0)
+
+
+def test_reasoning_and_answer_phases_are_pooled_apart_for_speculative_answers(store):
+    from specchat.metrics import PhaseSplit
+
+    chat = store.create_chat("think", ChatSettings(task="chat", speculation="draft"))
+    split = PhaseSplit(Counts(tokens=30, decoded=30, decode_s=3.0, drafted=40, accepted=10, rounds=20,
+                              rounds_with_draft=20),
+                       Counts(tokens=40, decoded=40, decode_s=2.0, drafted=40, accepted=30, rounds=10,
+                              rounds_with_draft=10))
+    for mode in ("draft", "auto", "baseline"):  # the plain answer's phases do not count for acceptance
+        writer = store.answer_writer(store.start_answer(chat.id))
+        writer.append("<think>hm</think>yes")
+        writer.finish("done", MessageStats(Counts.of_answer(71, 5.0) + Counts(drafted=80, accepted=40),
+                                           mode=mode, phases=split))
+    row = rows_by_tag(store)["chat"]
+    assert row.phases.reasoning.token_acceptance == pytest.approx(20 / 80)
+    assert row.phases.answer.token_acceptance == pytest.approx(60 / 80)
+    assert row.phases.reasoning.decode_tok_s == pytest.approx(60 / 6.0)
+    assert row.phases.answer.decode_tok_s == pytest.approx(80 / 4.0)
+    [stored] = [m for m in store.messages(chat.id)][:1]
+    assert stored.stats is not None and stored.stats.phases == split  # kept with the message too
+    assert reset_task_stats(store, "chat") == 3
+    assert store.connection.execute("SELECT count(*) FROM task_phase_runs").fetchone()[0] == 0

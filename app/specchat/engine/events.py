@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specchat.metrics import Counts, CountsView
+from specchat.metrics import Counts, CountsView, PhaseSplit
 
 from .settings import Drafter
 
@@ -69,6 +69,7 @@ class RoundStats:
     overhead_s: float
     catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
     fallback: bool = False  # plain because a guard rail tripped (not by choice of the cost model)
+    phase: str = ""  # "reasoning" or "answer" once engine.phases has filed it; "" before
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", Drafter(self.drafter))  # a plain "model" becomes the enum
@@ -116,6 +117,7 @@ class GenerationStats(CountsView):
     mode: str
     counts: Counts = Counts()
     fallbacks: tuple[str, ...] = ()
+    phases: PhaseSplit = PhaseSplit()  # the rounds inside the reasoning block and after it (engine.phases)
 
     @classmethod
     def empty(cls, mode: str = "") -> GenerationStats:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from specchat.metrics import Counts, CountsView
+from specchat.metrics import Counts, CountsView, PhaseSplit
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ class MessageStats(CountsView):
     stop_reason: str = ""
     fallbacks: tuple[str, ...] = ()
     error: str = ""  # the message shown to the user when the answer ended in an error
+    phases: PhaseSplit = PhaseSplit()  # its rounds inside the reasoning block and after it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -139,6 +140,8 @@ class MessageStats(CountsView):
     def to_json(self) -> str:
         doc = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
                "fallbacks": list(self.fallbacks), "error": self.error}
+        if self.phases.has_reasoning:
+            doc["phases"] = self.phases.to_dict()
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -154,6 +157,7 @@ class MessageStats(CountsView):
                 stop_reason=str(doc.get("stop_reason") or ""),
                 fallbacks=tuple(str(f) for f in doc.get("fallbacks") or ()),
                 error=str(doc.get("error") or ""),
+                phases=PhaseSplit.from_dict(doc.get("phases")),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("message stats unreadable (%s)", exc)
@@ -167,7 +171,8 @@ class MessageStats(CountsView):
         """
         return cls(counts=stats.counts, mode=str(stats.mode),
                    stop_reason=str(getattr(stop_reason, "value", stop_reason)),
-                   fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error)
+                   fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error,
+                   phases=getattr(stats, "phases", PhaseSplit()))
 
 
 @dataclass(frozen=True, slots=True)

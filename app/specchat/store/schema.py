@@ -170,4 +170,19 @@ _V2: list[Step] = [
     _v2_rewrite,
 ]
 
-MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2}
+# Version 3 ("phases"): an answer that reasoned leaves, beside its task run, the counts of its
+# rounds inside the reasoning block and after it (metrics.PhaseSplit), so the per-task table
+# can show acceptance and speed of the two apart.  Older runs have no phase rows.
+_V3_INT = ("tokens", "decoded", "prompt_tokens", "reused_tokens", "drafted", "accepted", "rounds",
+           "rounds_with_draft", "rounds_fully_accepted", "k_sum", "fallback_rounds")
+_V3_REAL = ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s")
+_V3: list[Step] = [
+    "CREATE TABLE task_phase_runs (\n"
+    "    run_id INTEGER NOT NULL REFERENCES task_runs (id) ON DELETE CASCADE,\n"
+    "    phase TEXT NOT NULL,\n"
+    + "".join(f"    {c} INTEGER NOT NULL DEFAULT 0,\n" for c in _V3_INT)
+    + "".join(f"    {c} REAL NOT NULL DEFAULT 0,\n" for c in _V3_REAL)
+    + "    PRIMARY KEY (run_id, phase)\n)",
+]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat import metrics
-from specchat.metrics import COUNT_FIELDS, Counts
+from specchat.metrics import ANSWER, COUNT_FIELDS, REASONING, Counts, PhaseSplit
 
 from .db import transaction
 from .records import PLAIN_MODE, TASK_TAGS, normalize_mode
@@ -41,6 +41,7 @@ class TaskRow:
     speculative_answers: int
     plain: Counts  # the plain answers' counts, summed
     speculative: Counts  # the speculative answers' counts, summed
+    phases: PhaseSplit = PhaseSplit()  # the speculative answers' rounds in and after a reasoning block
 
     @property
     def answers(self) -> int:
@@ -105,6 +106,11 @@ def record_run(
         (message_id, tag, normalize_mode(stats.mode) or PLAIN_MODE, str(target) if target else None,
          str(draft) if draft else None, created_at, *(getattr(counts, f) for f in COUNT_FIELDS)),
     )
+    if stats.phases.has_reasoning:
+        run_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        for phase, c in ((REASONING, stats.phases.reasoning), (ANSWER, stats.phases.answer)):
+            conn.execute(f"INSERT INTO task_phase_runs (run_id, phase, {columns}) VALUES (?, ?, {marks})",
+                         (run_id, phase, *(getattr(c, f) for f in COUNT_FIELDS)))
     return True
 
 
@@ -130,20 +136,35 @@ def task_table(store: Store, *, target: Path | str | None = None) -> list[TaskRo
     def order(tag: str) -> tuple[int, str]:
         return (TASK_TAGS.index(tag), "") if tag in TASK_TAGS else (len(TASK_TAGS), tag.casefold())
 
+    phases = _phases(store, params[1:])
     none = (0, Counts())
     table = []
     for tag in sorted(by_tag, key=order):
         (n_plain, plain), (n_spec, spec) = by_tag[tag].get(True, none), by_tag[tag].get(False, none)
         table.append(TaskRow(tag=tag, plain_answers=n_plain, speculative_answers=n_spec, plain=plain,
-                             speculative=spec))
+                             speculative=spec, phases=phases.get(tag, PhaseSplit())))
     return table
+
+
+def _phases(store: Store, target: list[object]) -> dict[str, PhaseSplit]:
+    """Per tag, the speculative answers' reasoning and answer phases, summed."""
+    sums = ", ".join(f"sum(p.{f}) AS {f}" for f in COUNT_FIELDS)
+    sql = (f"SELECT r.tag AS tag, p.phase AS phase, {sums} FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
+           " WHERE r.mode != ?" + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, p.phase")
+    out: dict[str, PhaseSplit] = {}
+    for row in store.connection.execute(sql, [PLAIN_MODE, *target]).fetchall():
+        counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
+        out[row["tag"]] = out.get(row["tag"], PhaseSplit()).add(row["phase"], counts)
+    return out
 
 
 def reset_task_stats(store: Store, tag: str | None = None) -> int:
     """Forget the measurements (of one tag, or all); returns how many answers were dropped."""
     with transaction(store.connection) as conn:
         if tag is None:
+            conn.execute("DELETE FROM task_phase_runs")
             cur = conn.execute("DELETE FROM task_runs")
         else:
+            conn.execute("DELETE FROM task_phase_runs WHERE run_id IN (SELECT id FROM task_runs WHERE tag = ?)", (tag,))
             cur = conn.execute("DELETE FROM task_runs WHERE tag = ?", (tag,))
     return cur.rowcount

@@ -25,6 +25,7 @@ from specchat.engine import Done, Error, Mode, SamplingSettings, StopReason
 from specchat.engine.chat import TemplateCancelled
 from specchat.engine.events import GenerationStats
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
+from specchat.engine.phases import PhaseTagger
 from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
 from specchat.errors import UserError, one_line
 from specchat.models.fit import estimate_files
@@ -226,9 +227,10 @@ class GenerationWorker(QObject):
             return
         try:
             self.engineEvent.emit(rid, Started(len(prompt.tokens), prompt.starts_in_reasoning))
+            phases = PhaseTagger(prompt.starts_in_reasoning)
             for ev in self._pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                           max_tokens=request.max_tokens, stop=request.stop, cancel=cancel):
-                self.engineEvent.emit(rid, ev)
+                self.engineEvent.emit(rid, phases.tag(ev))
         except Exception as exc:  # every worker exception becomes an error event
             self._fail_unexpectedly(rid, exc)
 
@@ -238,8 +240,9 @@ class GenerationWorker(QObject):
                            reasoning=request.reasoning, stop=request.stop)
         try:
             self.engineEvent.emit(rid, Started(0, False))
+            phases = PhaseTagger()  # a server's reasoning arrives inside <think> tags too (remote.chat)
             for ev in server.answer(chat, cancel):
-                self.engineEvent.emit(rid, ev)
+                self.engineEvent.emit(rid, phases.tag(ev))
         except Exception as exc:  # every worker exception becomes an error event
             self._fail_unexpectedly(rid, exc)
 
