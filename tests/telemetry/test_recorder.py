@@ -278,3 +278,37 @@ def test_prefill_rate_leaves_out_the_reused_prompt():
         rec.feed(1, None, e, now=t)
     assert rec.snapshot().answer.prefill_tok_s == pytest.approx(100 / 0.5)
     assert rec.totals().as_dict()["prefill_tokens"] == 100
+
+
+def test_the_reasoning_block_and_the_answer_are_counted_apart_live_and_when_done():
+    from specchat.engine.phases import PhaseTagger
+
+    events = answer_events([R(4, 4, 1)] * 4 + [R(4, 4, 4)] * 2)
+    # the first token opens a think block; the fourth round's target token closes it
+    texts, rounds_seen = [], 0
+    for ev in events:
+        if isinstance(ev, TokensEmitted):
+            texts.append(ev)
+        if isinstance(ev, RoundStats):
+            rounds_seen += 1
+    tagger = PhaseTagger()
+    script = []
+    n_round = 0
+    for ev in events:
+        if isinstance(ev, TokensEmitted) and ev is texts[0]:
+            ev = TokensEmitted(ev.token_ids, ev.origins, "<think>")
+        elif isinstance(ev, TokensEmitted) and n_round == 4 and ev.text == "t":
+            ev = TokensEmitted(ev.token_ids, ev.origins, "</think>The answer is")
+        if isinstance(ev, RoundStats):
+            n_round += 1
+        script.append(tagger.tag(ev))
+    rec = TelemetryRecorder()
+    feed_all(rec, 1, "chat", script[:-1])  # streaming: the rounds' own phases
+    live = rec.snapshot().answer.phases
+    assert live.reasoning.rounds == 4 and live.answer.rounds == 2
+    assert live.reasoning.token_acceptance == pytest.approx(0.25) and live.answer.token_acceptance == 1.0
+    feed_all(rec, 1, "chat", script[-1:])
+    done = rec.snapshot()
+    assert done.answer.phases == script[-1].stats.phases == live
+    assert done.total.phases.reasoning.drafted == 16
+    assert [r.phase for r in rec.rounds()] == ["reasoning"] * 4 + ["answer"] * 2

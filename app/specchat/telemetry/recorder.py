@@ -41,7 +41,7 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.settings import ControllerSettings
-from specchat.metrics import Counts
+from specchat.metrics import Counts, PhaseSplit
 from specchat.store import PLAIN_MODE, normalize_mode
 
 from .records import (
@@ -84,6 +84,7 @@ class _Answer:
     prefill_s: float = 0.0
     error: str = ""
     done: Done | None = None
+    phases: PhaseSplit = PhaseSplit()  # live, from the rounds' phases; the engine's once done
 
     def speculative(self) -> bool:
         """Plain or speculative, for the multiplier: the mode when known, else whether it drafted."""
@@ -105,7 +106,8 @@ class _Answer:
         counts = self.counts()
         # the multiplier compares decode rates: only the decode part of a speculative answer counts
         speculative = Counts(decoded=counts.decoded, decode_s=counts.decode_s) if self.speculative() else Counts()
-        return Tally(1, counts, speculative)
+        phases = self.done.stats.phases if self.done is not None else self.phases
+        return Tally(1, counts, speculative, phases)
 
 
 # -- the recorder -----------------------------------------------------------------------------------
@@ -259,6 +261,8 @@ class TelemetryRecorder:
         counts = r.counts
         answer.rounds += counts
         wall = r.wall_s
+        if r.phase:
+            answer.phases = answer.phases.add(r.phase, PhaseSplit.round_counts(counts, r.emitted, wall))
         if r.drafted:
             self._window.append(counts)
             answer.in_fallback = False
@@ -285,6 +289,7 @@ class TelemetryRecorder:
             draft_s=r.draft_s, verify_s=r.verify_s, overhead_s=r.overhead_s, catch_up=r.catch_up,
             tok_s=tok_s, tok_s_smooth=smooth, token_acceptance=token_acc, sequence_acceptance=seq_acc,
             in_fallback=in_fallback, fallback=bool(notes), fallback_reason="; ".join(m.reason for m in notes),
+            phase=r.phase,
         )
         self._records.append(record)
         self._series.append({

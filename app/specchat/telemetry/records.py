@@ -16,7 +16,7 @@ import numpy as np
 from specchat import metrics
 from specchat.engine.events import GenerationStats
 from specchat.engine.settings import Drafter
-from specchat.metrics import Counts, counted
+from specchat.metrics import Counts, PhaseSplit, counted
 
 from .samplers import MemorySample
 
@@ -67,6 +67,7 @@ class RoundRecord:
     in_fallback: bool  # decoded plain because a guard rail had fallen back
     fallback: bool = False  # a fallback (or the fallback warning) was declared at this round
     fallback_reason: str = ""
+    phase: str = ""  # "reasoning" (inside the think block) or "answer"
 
     @property
     def wall_s(self) -> float:
@@ -115,6 +116,7 @@ class RunningNumbers:
     counts: Counts
     current_k: int | None  # K of the newest round
     multiplier: float | None  # speculative tok/s / plain tok/s; None while either is unknown
+    phases: PhaseSplit = PhaseSplit()  # the rounds inside the reasoning block and after it
 
     tokens = counted("tokens")
     decoded_tokens = counted("decoded")  # tokens emitted after the first, over answers with a decode phase
@@ -168,6 +170,8 @@ class RunningNumbers:
         """Counts and derived metrics, for export (the names of format version 1, then the new counts)."""
         out: dict[str, Any] = {"answers": self.answers, "current_k": self.current_k, "multiplier": self.multiplier}
         out.update(self.counts.to_dict())
+        if self.phases.has_reasoning:
+            out["phases"] = self.phases.to_dict()
         out.update(decoded_tokens=self.decoded_tokens, prefill_tokens=self.prefill_tokens)
         for name in ("tok_s", "prefill_tok_s", "token_acceptance", "sequence_acceptance", "mean_k",
                      "mean_accepted", "fallback_share"):
@@ -183,9 +187,11 @@ class Tally:
     answers: int = 0
     counts: Counts = Counts()
     speculative: Counts = Counts()
+    phases: PhaseSplit = PhaseSplit()
 
     def __add__(self, other: Tally) -> Tally:
-        return Tally(self.answers + other.answers, self.counts + other.counts, self.speculative + other.speculative)
+        return Tally(self.answers + other.answers, self.counts + other.counts, self.speculative + other.speculative,
+                     self.phases + other.phases)
 
     def numbers(self, current_k: int | None, plain_rate: float | None, *, speculative_only: bool = True
                 ) -> RunningNumbers:
@@ -194,7 +200,7 @@ class Tally:
         whatever its mode: a plain answer then shows about 1x)."""
         rate = (self.speculative if speculative_only else self.counts).decode_tok_s
         return RunningNumbers(answers=self.answers, counts=self.counts, current_k=current_k,
-                              multiplier=metrics.multiplier(rate, plain_rate))
+                              multiplier=metrics.multiplier(rate, plain_rate), phases=self.phases)
 
 
 # -- the snapshot the GUI reads ---------------------------------------------------------------------
