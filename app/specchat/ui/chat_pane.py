@@ -60,6 +60,7 @@ def footer_text(stats: MessageStats | None, state: str | None) -> str:
     if stats.token_acceptance is not None:
         parts.append(f"{stats.token_acceptance:.0%} draft accepted")
         parts.append(f"mean K {stats.mean_k:.1f}")
+    parts.append(stats.phases.summary())  # reasoning and answer apart, when the answer reasoned
     parts.append(stats.mode or "")
     parts.append(f"stop: {stats.stop_reason}")
     return " · ".join(p for p in parts if p)
