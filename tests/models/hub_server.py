@@ -14,6 +14,20 @@ answers for an LFS file, which is what huggingface_hub reads:
   and 403 with one it does not accept, ``RepoNotFound``, ``RevisionNotFound``,
   ``EntryNotFound``), which is how ``hf_raise_for_status`` tells them apart.
 
+The hub's JSON API as huggingface_hub calls it (``HfApi.list_models`` and ``model_info``):
+
+- ``GET /api/models?search=&filter=gguf&author=&sort=&limit=&expand=...``: the repos added to
+  the server (``id``, ``downloads``, ``likes``, ``lastModified``, ``gated``, ``tags``,
+  ``library_name``), filtered by a case-insensitive substring of the id, the library/tag
+  filter (``filter`` or ``library``) and the author, sorted descending, cut at ``limit``;
+- ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{rev}``: ``id``, ``sha``,
+  ``siblings`` (``rfilename``; with ``?blobs=true`` also ``size``, ``blobId`` and
+  ``lfs{sha256,size,pointerSize}``), ``cardData.base_model``, ``tags`` (with
+  ``base_model:...``), ``gated``.  A gated repo's metadata is public, as on the hub.
+
+:meth:`HubServer.set_repo` sets a repo's metadata (downloads, likes, base model, gate, tags,
+library); a repo with files and no metadata is a GGUF repo with zero counts.
+
 Switches for the failure paths: gate a repo; cut the connection of the next GET after N
 body bytes (an interrupted download); hold the next GET after N bytes until released
 (so a test can kill a client at a known point, or see that a stalled server cannot
@@ -32,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 import socket
 import struct
@@ -41,12 +56,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "5f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"
 BLOCK = 1 << 20
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+_API_REPO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<revision>[^/]+))?/?$")
+
+
+@dataclass
+class RepoMeta:
+    """What the hub's API says about a repo besides its files."""
+
+    downloads: int = 0
+    likes: int = 0
+    last_modified: str = "2024-09-19T12:00:00.000Z"
+    base_model: tuple[str, ...] = ()
+    gated: str | bool = False  # False, "auto" or "manual"
+    tags: tuple[str, ...] = ()
+    library: str = "gguf"
 
 
 @dataclass
@@ -89,6 +118,7 @@ class HubServer:
     def __init__(self) -> None:
         self.files: dict[tuple[str, str], ServedFile] = {}
         self.gated: dict[str, frozenset[str]] = {}  # repo -> tokens that have access
+        self.repos: dict[str, RepoMeta] = {}  # set_repo's metadata (cleared by reset)
         self.requests: list[Request] = []
         self._fault: _GetFault | None = None
         self.trickle_s: float | None = None  # send bodies one byte every this many seconds
@@ -108,6 +138,16 @@ class HubServer:
             with path.open("rb") as f:
                 sha256 = hashlib.file_digest(f, "sha256").hexdigest()
         self.files[(repo_id, filename)] = ServedFile(path, path.stat().st_size, sha256)
+
+    def set_repo(self, repo_id: str, *, downloads: int = 0, likes: int = 0, base_model: str | tuple[str, ...] = (),
+                 gated: str | bool = False, tags: tuple[str, ...] = (), library: str = "gguf",
+                 last_modified: str = "2024-09-19T12:00:00.000Z") -> None:
+        """Set what the API says about ``repo_id`` (a repo may have metadata and no files).  A
+        gated repo also refuses its files without an accepted token (as :meth:`gate`)."""
+        bases = (base_model,) if isinstance(base_model, str) else tuple(base_model)
+        self.repos[repo_id] = RepoMeta(downloads, likes, last_modified, bases, gated, tuple(tags), library)
+        if gated:
+            self.gated.setdefault(repo_id, frozenset())
 
     def gate(self, repo_id: str, allowed_tokens: tuple[str, ...] = ()) -> None:
         self.gated[repo_id] = frozenset(allowed_tokens)
@@ -139,6 +179,7 @@ class HubServer:
         with self._lock:
             self.requests.clear()
             self.gated.clear()
+            self.repos.clear()
             if self._fault is not None:
                 self._fault.release.set()
             self._fault = None
@@ -158,6 +199,11 @@ class HubServer:
     def sent(self, repo_id: str, filename: str) -> int:
         """Body bytes sent for this file since the last reset."""
         return sum(r.sent for r in self.gets(repo_id, filename))
+
+    def api_calls(self) -> list[Request]:
+        """The hub API requests (search, repo info) since the last reset."""
+        with self._lock:
+            return [r for r in self.requests if r.method == "API"]
 
     def total_sent(self) -> int:
         with self._lock:
@@ -227,7 +273,90 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(body=False)
 
     def do_GET(self) -> None:
+        if self.path.startswith("/api/"):
+            return self._api()
         self._serve(body=True)
+
+    # -- the JSON API ---------------------------------------------------------------------
+
+    def _api(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        request = Request("API", "", unquote(url.path), None, authorization=self.headers.get("Authorization"))
+        self.hub._record(request)
+        if url.path.rstrip("/") == "/api/models":
+            return self._json(self._search(query), request)
+        m = _API_REPO.match(url.path)
+        if m is None:
+            return self._error(404, "EntryNotFound", "Not found.", request)
+        repo, revision = m["repo"], unquote(m["revision"] or "main")
+        if repo not in self._repo_ids():
+            return self._error(404, "RepoNotFound", "Repository not found.", request)
+        if revision not in ("main", COMMIT):
+            return self._error(404, "RevisionNotFound", "Invalid rev id: " + revision, request)
+        return self._json(self._info(repo, blobs=query.get("blobs", [""])[0] in ("true", "True", "1")), request)
+
+    def _repo_ids(self) -> list[str]:
+        return list(dict.fromkeys([r for r, _ in self.hub.files] + list(self.hub.repos)))
+
+    def _meta(self, repo: str) -> RepoMeta:
+        return self.hub.repos.get(repo) or RepoMeta()
+
+    def _tags(self, repo: str) -> list[str]:
+        meta = self._meta(repo)
+        tags = [meta.library, *meta.tags]
+        for base in meta.base_model:
+            tags += [f"base_model:{base}", f"base_model:quantized:{base}"]
+        return tags
+
+    def _search(self, query: dict[str, list[str]]) -> list[dict]:
+        text = query.get("search", [""])[0].lower()
+        wanted = set(query.get("filter", []) + query.get("library", []))
+        author = query.get("author", [None])[0]
+        hits = []
+        for repo in self._repo_ids():
+            meta, tags = self._meta(repo), self._tags(repo)
+            if text and text not in repo.lower():
+                continue
+            if wanted and not wanted <= set(tags):
+                continue
+            if author and repo.split("/")[0] != author:
+                continue
+            hits.append({"_id": repo, "id": repo, "downloads": meta.downloads, "likes": meta.likes,
+                         "lastModified": meta.last_modified, "gated": meta.gated, "tags": tags,
+                         "library_name": meta.library, "private": False})
+        key = {"downloads": "downloads", "likes": "likes", "lastModified": "lastModified"}.get(
+            query.get("sort", ["downloads"])[0], "downloads")
+        hits.sort(key=lambda h: h[key], reverse=True)
+        limit = int(query.get("limit", ["1000"])[0])
+        return hits[:limit]
+
+    def _info(self, repo: str, *, blobs: bool) -> dict:
+        meta = self._meta(repo)
+        siblings = []
+        for (r, name), served in self.hub.files.items():
+            if r != repo:
+                continue
+            sibling: dict[str, object] = {"rfilename": name}
+            if blobs:
+                sibling |= {"size": served.size, "blobId": served.sha256[:40],
+                            "lfs": {"sha256": served.sha256, "size": served.size, "pointerSize": 135}}
+            siblings.append(sibling)
+        card: dict[str, object] = {"library_name": meta.library}
+        if meta.base_model:
+            card["base_model"] = meta.base_model[0] if len(meta.base_model) == 1 else list(meta.base_model)
+        return {"_id": repo, "id": repo, "sha": COMMIT, "private": False, "gated": meta.gated, "disabled": False,
+                "downloads": meta.downloads, "likes": meta.likes, "lastModified": meta.last_modified,
+                "library_name": meta.library, "tags": self._tags(repo), "cardData": card, "siblings": siblings}
+
+    def _json(self, doc: object, request: Request) -> None:
+        body = json.dumps(doc).encode()
+        request.status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _serve(self, body: bool) -> None:
         m = _RESOLVE.match(self.path.split("?", 1)[0])
@@ -371,6 +500,32 @@ def write_small_gguf(path: Path, tokens: tuple[str, ...] = ("<unk>", "<s>", "</s
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_split_gguf(path: Path, parts: int = 3, tokens: tuple[str, ...] = ("<unk>", "<s>", "</s>", "a", "b", "ab"),
+                     floats_per_layer: int = 4096) -> list[Path]:
+    """A small model split in ``parts`` files as llama.cpp's gguf-split writes them: ``path`` is
+    "Foo.gguf", the parts are "Foo-00001-of-0000N.gguf" ..., one layer's tensor per part, each part
+    with split.no / split.count / split.tensors.count, the metadata in the first.  Returns the parts."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=1)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(tokens))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_block_count(parts)
+    w.add_embedding_length(64)
+    w.add_head_count(4)
+    w.add_context_length(128)
+    for i in range(parts):
+        w.add_tensor(f"blk.{i}.attn_q.weight", np.arange(floats_per_layer, dtype=np.float32).reshape(-1, 64))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return [path.with_name(f"{path.stem}-{i + 1:05d}-of-{parts:05d}.gguf") for i in range(parts)]
 
 
 def point_huggingface_hub_at(url: str, hf_home: Path, monkeypatch) -> None:  # noqa: ANN001 (pytest's MonkeyPatch)

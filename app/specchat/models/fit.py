@@ -23,14 +23,14 @@ construction: only by how far the ratios are from the real file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
 from specchat.errors import UserError
 
-from .gguf_header import GGUFHeader, validate_file
+from .gguf_header import GGUFError, GGUFHeader, validate_file
 
 GIB = 1024**3
 _LAYER = re.compile(r"^blk\.(\d+)\.")
@@ -73,12 +73,29 @@ class ModelMemory:
         return self.per_layer + (self.kv_cache // self.n_layers if self.n_layers else 0)
 
 
-def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
-                   flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
-    """The memory of one model at ``n_ctx`` tokens.  GGUFError (naming the file and the key) for a
-    hyper-parameter of the wrong type or out of range; FitError for ``n_ctx`` outside 1..2^24."""
-    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= MAX_CTX:
-        raise FitError(f"context length {n_ctx!r:.20} is out of range: use 1 to {MAX_CTX:,} tokens")
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the estimate needs from a header, and nothing else: a few hundred bytes, so the
+    catalog can keep it on disk per file (:mod:`specchat.models.catalog_fit`) instead of the
+    header's megabytes.  :func:`estimate_facts` of these is :func:`estimate_model` of the header."""
+
+    name: str
+    n_layers: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    n_ff: int
+    n_vocab: int
+    weights: int  # bytes of all tensors (all parts of a split model)
+    per_layer: int
+    repack: int
+
+
+def model_facts(header: GGUFHeader) -> ModelFacts:
+    """The estimate's inputs from a header.  GGUFError (naming the file and the key) for a
+    hyper-parameter of the wrong type or out of range."""
     n_layers = header.arch_int("block_count", 0, hi=MAX_LAYERS)
     n_embd = header.arch_int("embedding_length", 0, hi=MAX_WIDTH)
     n_head = max(header.arch_int("attention.head_count", 1, hi=MAX_WIDTH), 1)
@@ -96,18 +113,36 @@ def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_out
             layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + t.n_bytes
         if len(t.shape) == 2 and t.name != "token_embd.weight" and t.type in REPACKED_TYPES:
             repack += t.n_bytes
-    weights = header.tensor_data_bytes
     per_layer = sum(layers.values()) // len(layers) if layers else 0
-
-    kv = int(n_layers * n_ctx * n_head_kv * (head_k + head_v) * kv_bytes_per_value)
-    ub = min(n_ubatch, n_ctx)
-    attention_scores = 0 if flash_attn else ub * n_ctx * n_head * 4
-    activations = ub * (3 * n_ff + 4 * n_embd) * 4
-    logits = n_outputs * n_vocab * 4
-    compute = attention_scores + activations + logits
     general_name = header.get("general.name")
-    name = name or (general_name[:200] if isinstance(general_name, str) and general_name else "model")
-    return ModelMemory(name, weights, per_layer, n_layers, kv, compute, repack)
+    name = general_name[:200] if isinstance(general_name, str) and general_name else "model"
+    return ModelFacts(name, n_layers, n_embd, n_head, n_head_kv, head_k, head_v, n_ff, n_vocab,
+                      header.tensor_data_bytes, per_layer, repack)
+
+
+def estimate_facts(facts: ModelFacts, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
+                   flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
+    """The memory of one model at ``n_ctx`` tokens, from its facts; FitError for ``n_ctx`` outside 1..2^24."""
+    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= MAX_CTX:
+        raise FitError(f"context length {n_ctx!r:.20} is out of range: use 1 to {MAX_CTX:,} tokens")
+    f = facts
+    kv = int(f.n_layers * n_ctx * f.n_head_kv * (f.head_k + f.head_v) * kv_bytes_per_value)
+    ub = min(n_ubatch, n_ctx)
+    attention_scores = 0 if flash_attn else ub * n_ctx * f.n_head * 4
+    activations = ub * (3 * f.n_ff + 4 * f.n_embd) * 4
+    logits = n_outputs * f.n_vocab * 4
+    compute = attention_scores + activations + logits
+    return ModelMemory(name or f.name, f.weights, f.per_layer, f.n_layers, kv, compute, f.repack)
+
+
+def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
+                   flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
+    """The memory of one model at ``n_ctx`` tokens.  GGUFError (naming the file and the key) for a
+    hyper-parameter of the wrong type or out of range; FitError for ``n_ctx`` outside 1..2^24."""
+    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= MAX_CTX:
+        raise FitError(f"context length {n_ctx!r:.20} is out of range: use 1 to {MAX_CTX:,} tokens")
+    return estimate_facts(model_facts(header), n_ctx=n_ctx, n_ubatch=n_ubatch, n_outputs=n_outputs,
+                          flash_attn=flash_attn, kv_bytes_per_value=kv_bytes_per_value, name=name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +155,7 @@ class FitVerdict:
     models: tuple[ModelMemory, ...] = field(default_factory=tuple)
     available: int = 0
     device: str = "RAM"  # where the bulk goes: "VRAM" (all or part on the GPU) or "RAM"
+    estimated: bool = False  # from file sizes alone (no header was read): a guess, not the estimate
 
     @property
     def needed(self) -> int:
@@ -204,10 +240,63 @@ def free_memory() -> tuple[int | None, int]:
     return vram, ram
 
 
+# --- split GGUFs (llama.cpp's gguf-split: NAME-00001-of-00003.gguf ...) -----------------------------
+# Each part is a GGUF file of its own holding some of the tensors; the first also holds the
+# metadata.  Every part has split.no (u16, 0-based), split.count (u16) and split.tensors.count.
+# llama.cpp loads the model from the first part's path and finds the others beside it by the
+# name (llama_split_path: "%s-%05d-of-%05d.gguf"), so they must sit in one directory.
+SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+MAX_SPLIT_PARTS = 1024  # the largest published models have a few dozen parts
+
+
+def split_count(header: GGUFHeader) -> int:
+    """``split.count`` of a header: 1 for a model in one file."""
+    return header.get_int("split.count", 1, lo=0, hi=MAX_SPLIT_PARTS) or 1
+
+
+def split_part_name(prefix: str, index: int, count: int) -> str:
+    """The file name of part ``index`` (0-based) as llama.cpp builds it."""
+    return f"{prefix}-{index + 1:05d}-of-{count:05d}.gguf"
+
+
+def read_split(path: str | Path) -> list[GGUFHeader]:
+    """The validated headers of every part of the model at ``path`` (one header for a model in one
+    file).  GGUFError, one line, when ``path`` is not the first part, a part is missing or
+    truncated, or a part does not belong to the set (another split.no or split.count)."""
+    path = Path(path)
+    first = validate_file(path)  # a file whose tensor data is missing does not "fit"
+    count = split_count(first)
+    if count == 1:
+        return [first]
+    m = SPLIT_NAME.match(path.name)
+    if first.get_int("split.no", 0, lo=0, hi=MAX_SPLIT_PARTS) != 0 or m is None or int(m["count"]) != count:
+        raise GGUFError(f"{path.name}: part of a model split in {count} files; use its first part "
+                        f"(…-00001-of-{count:05d}.gguf)")
+    headers = [first]
+    for i in range(1, count):
+        part = path.with_name(split_part_name(m["prefix"], i, count))
+        if not part.exists():
+            raise GGUFError(f"{path.name}: part {i + 1} of {count} is missing ({part.name} must be beside it)")
+        h = validate_file(part)
+        if split_count(h) != count or h.get_int("split.no", -1, lo=-1, hi=MAX_SPLIT_PARTS) != i:
+            raise GGUFError(f"{part.name}: not part {i + 1} of {count} of {path.name} (its split keys differ)")
+        headers.append(h)
+    return headers
+
+
+def join_split(headers: list[GGUFHeader]) -> GGUFHeader:
+    """One header for the estimate: the first part's metadata with the tensors of all parts.
+    (Its offsets and ``expected_file_size`` mean nothing: use it for :func:`model_facts` only.)"""
+    if len(headers) == 1:
+        return headers[0]
+    return replace(headers[0], tensors=[t for h in headers for t in h.tensors])
+
+
 def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) -> list[ModelMemory]:
+    """The memory of local model files, target first; a split model is counted with all its parts."""
     out = []
     for i, p in enumerate(paths):
-        h = validate_file(p)  # a file whose tensor data is missing does not "fit"
+        h = join_split(read_split(p))
         out.append(estimate_model(h, n_ctx=n_ctx, flash_attn=flash_attn, n_outputs=16 if i == 0 else 1,
                                   name=Path(p).name))
     return out
@@ -253,5 +342,6 @@ def fit_sizes(files: list[tuple[str, int]], *, free_vram: int | None, free_ram: 
               margin: float = 0.10) -> FitVerdict:
     """:func:`fit_pair` for files known only by (file name, size in bytes), target first: the
     Models dialog's verdict for catalog pairs that are not downloaded yet."""
-    return fit_pair([estimate_from_size(n, s, n_ctx=n_ctx) for n, s in files], free_vram=free_vram,
-                    free_ram=free_ram, margin=margin)
+    verdict = fit_pair([estimate_from_size(n, s, n_ctx=n_ctx) for n, s in files], free_vram=free_vram,
+                       free_ram=free_ram, margin=margin)
+    return replace(verdict, estimated=True)

@@ -35,13 +35,29 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 import httpx2
+from gguf import GGUF_MAGIC, GGUFValueType
 from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import get_session
 
-from .compatibility import PairCompatibility, TokenizerInfo, check_tokenizers
-from .gguf_header import GGUFError, GGUFHeader, read_header
+from .compatibility import MAX_VOCAB_SIZE_DIFFERENCE, PairCompatibility, TokenizerInfo, check_tokenizers
+
+# the header reader's own stream and value readers, so the prefix scan below has the same limits
+from .gguf_header import (
+    MAX_KEY_BYTES,
+    MAX_KV,
+    MAX_STRING_BYTES,
+    TOKENS_KEY,
+    ByteSource,
+    GGUFError,
+    GGUFHeader,
+    _array,
+    _Stream,
+    _value_type,
+    read_header,
+)
 from .hub import (
     HUB_ERRORS,
     DownloadError,
@@ -55,6 +71,7 @@ from .hub import (
 FIRST_CHUNK = 1 << 20
 MAX_CHUNK = 8 << 20
 MiB = 1 << 20
+TOKENIZER_MODEL_KEY = "tokenizer.ggml.model"
 HEADER_CAP = 64 * MiB  # the default of the remote_header_cap_mib setting
 HEADER_CAP_FLOOR = 16 * MiB  # always allowed (a small file's header may be most of it)
 HEADER_CAP_SHARE = 0.05  # of the file: checking must stay far cheaper than downloading
@@ -190,6 +207,53 @@ def _mib(n: int) -> str:
     return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n:,} bytes"
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteHeader:
+    """A header read from the hub, with what the HEAD said about the file."""
+
+    header: GGUFHeader
+    bytes_read: int  # body bytes transferred (the HEAD has none)
+    size: int | None  # of the whole file
+    etag: str  # the hub's ETag: the sha256 of an LFS file's content
+
+
+def _open(file: HubFile, token: str | None, cap_bytes: int, deadline_s: float, stall_s: float | None,
+          first_chunk: int, max_chunk: int) -> tuple[RangeReader, str]:
+    """The HEAD (bounded in wall time: its read timeout alone lets a trickled answer run on), then a
+    RangeReader of the file; HUB_ERRORS pass through."""
+    url = hf_hub_url(file.repo_id, file.filename, revision=file.revision)
+    stall = float(stall_s if stall_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    meta = in_background(lambda: get_hf_file_metadata(url, token=token, timeout=stall), None, deadline_s,
+                         file.ref)
+    headers = download_headers(url, meta.location, token)
+    reader = RangeReader(meta.location, size=meta.size, headers=headers, max_bytes=header_cap(meta.size, cap_bytes),
+                         deadline_s=deadline_s, stall_s=stall, name=file.ref, first_chunk=first_chunk,
+                         max_chunk=max_chunk)
+    return reader, meta.etag or ""
+
+
+def fetch_header(
+    file: HubFile,
+    *,
+    token: str | None = None,
+    cap_bytes: int = HEADER_CAP,
+    deadline_s: float = HEADER_DEADLINE_S,
+    stall_s: float | None = None,
+    first_chunk: int = FIRST_CHUNK,
+    max_chunk: int = MAX_CHUNK,
+) -> RemoteHeader:
+    """:func:`read_remote_header` with the file's size and ETag; ``max_chunk`` bounds how far past
+    the header's end the read may go (and how many requests it takes: one per ``max_chunk``)."""
+    try:
+        reader, etag = _open(file, token, cap_bytes, deadline_s, stall_s, first_chunk, max_chunk)
+        header = read_header(reader, size=reader.size, source=file.ref)
+    except GGUFError as exc:
+        raise GGUFError(f"{file.ref}: {exc}") from None
+    except HUB_ERRORS as exc:
+        raise hub_error(exc, file) from None
+    return RemoteHeader(header, reader.bytes_fetched, reader.size, etag)
+
+
 def read_remote_header(
     file: HubFile,
     *,
@@ -205,21 +269,127 @@ def read_remote_header(
     DownloadError for hub and network problems (gated, not found, offline) and for a
     limit hit, and GGUFError, naming the file, when the bytes are not a GGUF header.
     """
-    url = hf_hub_url(file.repo_id, file.filename, revision=file.revision)
-    stall = float(stall_s if stall_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    got = fetch_header(file, token=token, cap_bytes=cap_bytes, deadline_s=deadline_s, stall_s=stall_s)
+    return got.header, got.bytes_read
+
+
+# --- a draft checked against a known target: refused ones cost a few kB -------------------------------
+# A candidate draft is refused by llama.cpp's rule (compatibility.py) far more often than not, and the
+# two commonest reasons are written near the start of its header: the tokenizer type
+# (tokenizer.ggml.model) and the vocabulary size (the element count in front of
+# tokenizer.ggml.tokens).  So the header is scanned up to that count first (SCAN_CHUNK at a time);
+# only a candidate that passes both is read whole, and the scanned bytes are replayed, not fetched
+# again.  Measured on the test models: Gemma 3 270M (header 6.5 MB) and SmolLM2 135M (1.8 MB) are
+# refused after one 64 KiB range; the Qwen 0.5B draft costs its 5.9 MB header plus < 1 MiB.
+SCAN_CHUNK = 64 << 10
+SCAN_MAX = 1 << 20  # a prefix longer than this (huge general.* values) goes to the full read
+DRAFT_MAX_CHUNK = 1 << 20  # a draft's full read goes at most this far past the header's end
+
+
+class _Replay:
+    """A byte source that keeps what it hands out until :meth:`rewind`, then hands it out again
+    before reading on: the prefix scan and the full parse share one pass over the network."""
+
+    def __init__(self, raw: RangeReader) -> None:
+        self.raw, self.kept, self.pos, self.replaying = raw, bytearray(), 0, False
+
+    def read(self, n: int, /) -> bytes:
+        if not self.replaying:
+            data = self.raw.read(n)
+            self.kept += data
+            return data
+        if self.pos < len(self.kept):
+            out = bytes(self.kept[self.pos:self.pos + n])
+            self.pos += len(out)
+            return out
+        return self.raw.read(n)
+
+    def rewind(self) -> None:
+        self.replaying, self.pos = True, 0
+
+
+def scan_tokenizer(raw: ByteSource, *, size: int | None) -> tuple[str | None, int | None]:
+    """(tokenizer.ggml.model, number of tokens) from the start of a header, reading no further than
+    the token list's element count (at most SCAN_MAX bytes); None for what was not reached.  Malformed
+    bytes end the scan quietly: the full, checked read of :func:`read_header` decides about them."""
+    s = _Stream(raw, size=size, chunk=SCAN_CHUNK)
+    model: str | None = None
     try:
-        # the HEAD too is bounded in wall time (its read timeout alone lets a trickled answer run on)
-        meta = in_background(lambda: get_hf_file_metadata(url, token=token, timeout=stall), None, deadline_s,
-                             file.ref)
-        headers = download_headers(url, meta.location, token)
-        reader = RangeReader(meta.location, size=meta.size, headers=headers, max_bytes=header_cap(meta.size, cap_bytes),
-                             deadline_s=deadline_s, stall_s=stall, name=file.ref)
-        header = read_header(reader, size=meta.size, source=file.ref)
+        if s.u32() != GGUF_MAGIC or s.u32() not in (2, 3):
+            return None, None
+        s.u64()
+        n_kv = s.u64()
+        for _ in range(min(n_kv, MAX_KV)):
+            if s.consumed > SCAN_MAX:
+                break
+            key = s.string(MAX_KEY_BYTES, "a key")
+            vtype = _value_type(s.u32(), key)
+            if key == TOKENS_KEY:
+                if vtype == GGUFValueType.ARRAY and s.u32() == GGUFValueType.STRING:
+                    return model, s.u64()
+                break
+            if vtype == GGUFValueType.STRING:
+                value = s.string(MAX_STRING_BYTES, key)
+                if key == TOKENIZER_MODEL_KEY:
+                    model = value[:256]
+            elif vtype == GGUFValueType.ARRAY:
+                _array(s, key)
+            else:
+                s.scalar(vtype)
+    except GGUFError:
+        pass
+    return model, None
+
+
+def _early_verdict(target: TokenizerInfo, model: str | None, n_tokens: int | None) -> PairCompatibility | None:
+    """A refusal check_tokenizers would also make, from the scanned prefix alone; None: read on."""
+    if not target.tokens:
+        return None
+    if model is not None and model != target.model:
+        return PairCompatibility(False, f"tokenizer type differs: '{target.model}' vs '{model}'")
+    nt = len(target.tokens)
+    if n_tokens and abs(nt - n_tokens) > MAX_VOCAB_SIZE_DIFFERENCE:
+        return PairCompatibility(False, f"vocabulary sizes differ by {abs(nt - n_tokens)} "
+                                        f"(> {MAX_VOCAB_SIZE_DIFFERENCE}): {nt} vs {n_tokens}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCheck:
+    """A candidate draft checked against a target's tokenizer."""
+
+    verdict: PairCompatibility
+    bytes_read: int
+    size: int | None  # of the candidate file
+    header: GGUFHeader | None  # None when it was refused from the prefix alone
+
+
+def check_remote_draft(
+    target: TokenizerInfo,
+    draft: HubFile,
+    *,
+    token: str | None = None,
+    cap_bytes: int = HEADER_CAP,
+    deadline_s: float = HEADER_DEADLINE_S,
+    stall_s: float | None = None,
+) -> DraftCheck:
+    """Can ``draft`` serve a target with tokenizer ``target``?  Refuses from the first kilobytes of
+    the draft's header where it can (see above), else reads the header whole.  Raises DownloadError
+    and GGUFError as :func:`read_remote_header` does."""
+    try:
+        reader, _etag = _open(draft, token, cap_bytes, deadline_s, stall_s, SCAN_CHUNK, DRAFT_MAX_CHUNK)
+        source = _Replay(reader)
+        early = _early_verdict(target, *scan_tokenizer(source, size=reader.size))
+        if early is not None:
+            return DraftCheck(early, reader.bytes_fetched, reader.size, None)
+        source.rewind()
+        header = read_header(source, size=reader.size, source=draft.ref)
+        verdict = check_tokenizers(target, TokenizerInfo.from_header(header))
     except GGUFError as exc:
-        raise GGUFError(f"{file.ref}: {exc}") from None
+        raise GGUFError(f"{draft.ref}: {exc}") from None
     except HUB_ERRORS as exc:
-        raise hub_error(exc, file) from None
-    return header, reader.bytes_fetched
+        raise hub_error(exc, draft) from None
+    return DraftCheck(verdict, reader.bytes_fetched, reader.size, header)
 
 
 def check_remote_pair(
