@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import get_token
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
@@ -25,14 +26,16 @@ from PySide6.QtWidgets import (
 
 from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
-from specchat.models.compatibility import PairCompatibility
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
-from specchat.models.hub import DownloadProgress, HubFile, human_bytes
+from specchat.models.hub import human_bytes
+from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
-from specchat.models.remote import check_remote_pair
 from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubTasks
+
+from .download_flow import DownloadFlow, DownloadJob
+from .hub_tab import HubSearchTab
 
 ROLE = Qt.ItemDataRole.UserRole
 
@@ -60,15 +63,14 @@ class ModelsDialog(QDialog):
                  user_catalog: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(900, 560)
+        self.resize(980, 640)
         self.registry = registry
         self.downloads = downloads
         self.hub = hub
-        self._check: int | None = None  # the header check that must pass before the download starts
+        self.flow = DownloadFlow(registry, downloads, hub, self)
         # a damaged catalog.toml or a bad entry of it hides only itself; the problems are said below
         self.pairs, self.catalog_problems = load_catalog_lenient(user_catalog)
         self.free_vram, self.free_ram = free_memory()
-        self._job: int | None = None
         layout = QVBoxLayout(self)
         rec = recommended(self.pairs, self.free_vram, self.free_ram)
         machine = ("no NVIDIA GPU found; " if self.free_vram is None else
@@ -80,19 +82,43 @@ class ModelsDialog(QDialog):
         if self.catalog_problems:  # your own catalog.toml: what of it is not listed, and why
             problems = QLabel("\n".join(self.catalog_problems))
             problems.setWordWrap(True)
-            problems.setStyleSheet("color:#8a5a00;")
+            problems.setObjectName("warning")
             layout.addWidget(problems)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._catalog_tab(rec), "Catalog")
         self.tabs.addTab(self._installed_tab(), "Installed")
+        self.search_tab = HubSearchTab(hub, free_vram=self.free_vram, free_ram=self.free_ram,
+                                       has_token=get_token() is not None)
+        self.search_tab.downloadRequested.connect(self.download_entry)
+        self.tabs.addTab(self.search_tab, "Search the hub")
         layout.addWidget(self.tabs)
-        downloads.progress.connect(self._on_progress)
-        downloads.finished.connect(self._on_finished)
-        downloads.failed.connect(self._on_failed)
-        hub.done.connect(self._on_checked)
-        hub.failed.connect(self._on_check_failed)
-        self.check_text = ""
+        layout.addLayout(self._download_bar())
         self.refresh_installed()
+
+    def _download_bar(self) -> QHBoxLayout:
+        bar = QHBoxLayout()
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.flow.cancel)
+        self.progress = QProgressBar()
+        self.progress.setMaximum(1000)
+        self.progress_label = QLabel("Downloads resume where they stopped and are checked against their hash.")
+        self.progress_label.setWordWrap(True)
+        bar.addWidget(self.cancel_button)
+        bar.addWidget(self.progress)
+        bar.addWidget(self.progress_label, 1)
+        self.flow.message.connect(self.progress_label.setText)
+        self.flow.progress.connect(self.progress.setValue)
+        self.flow.busy.connect(self._busy)
+        self.flow.completed.connect(lambda _paths: self.refresh_installed())
+        return bar
+
+    def _busy(self, busy: bool) -> None:
+        self.cancel_button.setEnabled(busy)
+        for button in (self.download_button, self.search_tab.download_button):
+            button.setEnabled(not busy)
+        if not busy:
+            self.search_tab._update_buttons()
 
     # -- catalog --------------------------------------------------------------------
 
@@ -123,115 +149,27 @@ class ModelsDialog(QDialog):
         buttons = QHBoxLayout()
         self.download_button = QPushButton("Download pair")
         self.download_button.clicked.connect(self.download_selected)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.cancel_button.clicked.connect(self.cancel_download)
-        self.progress = QProgressBar()
-        self.progress_label = QLabel("Downloads resume where they stopped and are checked against their hash.")
+        buttons.addStretch(1)
         buttons.addWidget(self.download_button)
-        buttons.addWidget(self.cancel_button)
-        buttons.addWidget(self.progress, 1)
         v.addLayout(buttons)
-        v.addWidget(self.progress_label)
         return tab
 
     def download_selected(self) -> None:
         rows = self.catalog.selectionModel().selectedRows()
-        if not rows or self.downloads.active is not None:
+        if not rows:
             return
         name = self.catalog.item(rows[0].row(), 0)
         if name is None:  # every catalog row has its name cell; nothing to download otherwise
             return
         pair = next(p for p in self.pairs if p.id == name.data(ROLE))
-        files = [pair.target.hub_file()] + ([pair.drafts[0].hub_file()] if pair.drafts else [])
-        sources = [pair.target.ref] + ([pair.drafts[0].ref] if pair.drafts else [])
-        self.download_checked(files, sources, pair.name)
+        models = [pair.target, *pair.drafts[:1]]
+        files = tuple(m.hub_file() for m in models)
+        self.flow.start(DownloadJob(pair.name, files, tuple((i, m.ref) for i, m in enumerate(models)),
+                                    check=(files[0], files[1]) if len(files) == 2 else None))
 
-    def download_checked(self, files: list[HubFile], sources: list[str], name: str) -> None:
-        """Download ``files`` (a target, then its draft); a pair's two headers are checked first, as
-        ``specchat models pull`` does, so an incompatible pair costs two headers, not gigabytes."""
-        if self.downloads.active is not None or self._check is not None:
-            return
-        self._sources = sources
-        self.download_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
-        if len(files) != 2:
-            self._start_download(files, name)
-            return
-        self.progress_label.setText(f"Checking that {name}'s draft shares the target's tokenizer (headers only)…")
-
-        def check(should_cancel) -> tuple[PairCompatibility, int]:  # noqa: ANN001 (the hub thread's cancel check)
-            return check_remote_pair(files[0], files[1])
-
-        self._check = self.hub.submit(check)
-        self._pending = (files, name)
-
-    def _on_checked(self, task: int, result: object) -> None:
-        if task != self._check:
-            return
-        self._check = None
-        assert isinstance(result, tuple)  # check_remote_pair's (verdict, bytes read)
-        verdict: PairCompatibility = result[0]
-        fetched: int = result[1]
-        files, name = self._pending
-        if not verdict:
-            self._end(f"Not downloaded: {name} is not a usable pair ({verdict.reason}); "
-                      f"found from the two headers, {human_bytes(fetched)} read.")
-            return
-        self.check_text = f"Headers checked ({human_bytes(fetched)} read): the draft shares the target's tokenizer."
-        self._start_download(files, name)
-
-    def _on_check_failed(self, task: int, message: str) -> None:
-        if task == self._check:
-            self._check = None
-            self._end(f"Not downloaded: {message}")
-
-    def _start_download(self, files: list[HubFile], name: str) -> None:
-        self._job = self.downloads.start(files)
-        self.progress_label.setText(f"Starting {name}…")
-
-    def cancel_download(self) -> None:
-        if self._check is not None:
-            self.hub.cancel(self._check)
-            self._check = None
-            self._end("Cancelled before the download started.")
-            return
-        self.downloads.cancel()
-
-    def _on_progress(self, job: int, p: DownloadProgress) -> None:
-        if job != self._job:
-            return
-        self.progress.setMaximum(1000)
-        self.progress.setValue(int(1000 * p.done_bytes / p.total_bytes) if p.total_bytes else 0)
-        eta = "" if p.eta_s is None else f", {p.eta_s:.0f} s left"
-        self.progress_label.setText(f"{p.filename} ({p.file_index + 1}/{p.file_count}): "
-                                    f"{human_bytes(p.done_bytes)} of {human_bytes(p.total_bytes)} at "
-                                    f"{human_bytes(p.rate_bytes_s)}/s{eta}")
-
-    def _on_finished(self, job: int, paths: list[Path]) -> None:
-        if job != self._job:
-            return
-        try:
-            for source, path in zip(self._sources, paths, strict=False):
-                self.registry.add(path, source=source)
-        except (GGUFError, RegistryError) as exc:  # the files stay where they are; say why they are not listed
-            self._end(f"Downloaded, but not registered: {exc}")
-            return
-        self._end(" ".join(filter(None, [self.check_text,
-                                         f"Downloaded and verified: {', '.join(Path(p).name for p in paths)}"])))
-        self.check_text = ""
-        self.refresh_installed()
-        self.tabs.setCurrentIndex(1)
-
-    def _on_failed(self, job: int, message: str, cancelled: bool) -> None:
-        if job == self._job:
-            self._end(("Cancelled; the next download resumes. " if cancelled else "") + message)
-
-    def _end(self, text: str) -> None:
-        self._job = None
-        self.download_button.setEnabled(True)
-        self.cancel_button.setEnabled(False)
-        self.progress_label.setText(text)
+    def download_entry(self, entry: GGUFEntry) -> None:
+        """A file (or all parts of a split model) picked in Search the hub."""
+        self.flow.start(DownloadJob(entry.name, entry.files, ((0, entry.ref),)))
 
     # -- installed -------------------------------------------------------------------
 
