@@ -17,7 +17,7 @@ from specchat.metrics import Counts, CountsView
 
 from .events import Done, Error, Event, Fallback, RoundStats, TokensEmitted
 from .pair import SpeculativePair
-from .settings import Mode, SamplingSettings
+from .settings import Mode, SamplingSettings, Structured, StructuredOutput
 from .suite import BenchPrompt
 
 
@@ -85,13 +85,20 @@ Runner = Callable[[BenchPrompt], Iterable[Event]]
 """One contender of a bench: a prompt's answer as engine events (the local engine in a mode, or a server)."""
 
 
+def prompt_sampling(prompt: BenchPrompt, sampling: SamplingSettings) -> SamplingSettings:
+    """``sampling``, held to the prompt's schema when the prompt is run under it."""
+    if not prompt.constrained:
+        return sampling
+    return replace(sampling, structured=StructuredOutput(Structured.JSON_SCHEMA, prompt.schema))
+
+
 def local_runner(pair: SpeculativePair, mode: Mode, *, max_tokens: int, sampling: SamplingSettings) -> Runner:
     def run(prompt: BenchPrompt) -> Iterable[Event]:
         pair.target.clear()
         if pair.draft is not None:
             pair.draft.clear()
         tokens = pair.chat_prompt(list(prompt.messages)).tokens
-        return pair.generate(tokens, mode=mode, sampling=sampling, max_tokens=max_tokens)
+        return pair.generate(tokens, mode=mode, sampling=prompt_sampling(prompt, sampling), max_tokens=max_tokens)
     return run
 
 

@@ -30,7 +30,7 @@ from .events import (
 )
 from .runtime import LlamaError
 from .sampling import TargetSampler
-from .settings import Drafter, Mode, SamplingSettings
+from .settings import Drafter, GrammarError, Mode, SamplingSettings
 from .verify import accepted_count, sample_and_match
 
 if TYPE_CHECKING:
@@ -119,10 +119,11 @@ def generate(
     fallbacks.extend(n.reason for n in answer.notes)
     model = drafter_model if use_model else None  # the draft model, when this answer may use it
 
-    sampler = TargetSampler(target, sampling)
+    sampler: TargetSampler | None = None
     pair.lookup.reset()
     controller.start_answer()
     try:
+        sampler = TargetSampler(target, sampling)  # a schema or grammar that cannot be used: GrammarError
         # -- prefill: the whole prompt on the target, the first token from its last row
         t0 = time.perf_counter()
         reused = target.keep_prefix(prompt)
@@ -181,6 +182,7 @@ def generate(
                 drafted = proposal[: plan.k]
             else:
                 drafted = []
+            drafted = sampler.allowed_prefix(drafted)  # under a grammar: what it forbids would be rejected
 
             base = len(target.tokens)
             t_v = time.perf_counter()
@@ -228,11 +230,13 @@ def generate(
             yield TokensEmitted((), (), tail)
         message = f"context full ({target.n_ctx} tokens)" if stop_reason is StopReason.CONTEXT_FULL else ""
         yield Done(stop_reason, stats(decode_s), message)
-    except LlamaError as exc:
-        # the runtime rolled its cache back; drop the draft's cache so it re-syncs next time
+    except (LlamaError, GrammarError) as exc:
+        # the runtime rolled its cache back (the next answer's keep_prefix drops an unverified
+        # draft); drop the draft's cache so it re-syncs next time
         if pair.draft is not None:
             pair.draft.clear()
         yield Error(str(exc))
         yield Done(StopReason.ERROR, stats(0.0), str(exc))
     finally:
-        sampler.close()
+        if sampler is not None:
+            sampler.close()

@@ -7,26 +7,47 @@ accepts; since speculative decoding here only ever samples tokens it then
 emits, stateful samplers (repeat penalty) see the same history as in plain
 decoding.  Greedy decoding without penalties takes a numpy argmax instead (same
 result, a fraction of the cost on a 150k vocabulary).
+
+Under a JSON schema or grammar (``settings.structured``) the grammar sampler of
+:mod:`specchat.engine.grammar` masks each row before the chain chooses, and advances
+only over the token chosen.  Lossless under speculation for the same reason as the
+chain: ``sample_and_match`` samples row i only for a token it then emits, so the
+grammar advances exactly along the emitted tokens, and a rejected draft token was
+never accepted into its state (nothing to restore).  A draft token the grammar
+forbids can never equal the target's constrained sample, so it is simply rejected.
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import llama_cpp
 import numpy as np
 
+from .grammar import TOKEN_DATA, Grammar
 from .runtime import LoadedModel
 from .settings import SamplingSettings
 
 
 class TargetSampler:
     def __init__(self, model: LoadedModel, settings: SamplingSettings) -> None:
+        """Raises :class:`~specchat.engine.settings.GrammarError` for a schema or grammar
+        llama.cpp cannot use with this model."""
         settings.validate()
         self.model = model
         self.settings = settings
         self._chain = None
+        self.grammar: Grammar | None = None
         self.fast_greedy = settings.greedy and settings.repeat_penalty == 1.0
         if not self.fast_greedy:
             self._chain = self._build_chain(settings)
+        if settings.structured.active:
+            self.grammar = Grammar.build(model, settings.structured)
+            # one row of candidates, reused: (id, logit, p) as llama_token_data, and its C view
+            self._cand = np.zeros(model.n_vocab, dtype=TOKEN_DATA)
+            self._ids = np.arange(model.n_vocab, dtype=np.int32)
+            self._cand_c = llama_cpp.llama_token_data_array(
+                self._cand.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), model.n_vocab, -1, False)
 
     def _build_chain(self, s: SamplingSettings):
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
@@ -48,14 +69,77 @@ class TargetSampler:
 
     def sample(self, row: int) -> int:
         """Sample (and accept) the token for batch row ``row`` of the last target decode."""
+        if self.grammar is not None:
+            return self._sample_constrained(row)
         if self.fast_greedy:
             return int(self.model.logits(row).argmax())
         return int(llama_cpp.llama_sampler_sample(self._chain, self.model.ctx, row))
+
+    def allowed_prefix(self, drafted: list[int]) -> list[int]:
+        """The start of a draft the grammar allows (all of it without a grammar): a token it forbids
+        would be rejected anyway, so verifying it and what follows is wasted."""
+        return drafted if self.grammar is None else self.grammar.prefix(drafted)
+
+    def _sample_constrained(self, row: int) -> int:
+        """The chain's choice among the tokens the grammar allows; raises ``GrammarError`` when
+        it allows none.
+
+        Greedy checks the unconstrained choice first and masks the whole row only when the
+        grammar refuses it (llama.cpp's common_sampler does the same): the argmax of a row is
+        the argmax of its allowed tokens whenever it is allowed, so this is exact.  Measured on
+        Qwen2.5-Coder 1.5B (152k vocabulary) answering the JSON prompts under their schemas:
+        masking every row costs ~11 ms a token, checking first ~0.1 ms when the model follows
+        the grammar (most tokens).  Sampling masks first: checking a sample first would change
+        the distribution after top-k/top-p truncation.
+        """
+        grammar = self.grammar
+        assert grammar is not None
+        logits = self.model.logits(row)
+        if self.settings.greedy:
+            tok = int(logits.argmax()) if self._chain is None else self._chain_choice(logits)
+            if grammar.allows(tok):
+                self._accept(tok)
+                return tok
+        cand, c = self._fill(logits)
+        grammar.mask(c)
+        if not (cand["logit"] > -np.inf).any():
+            raise grammar.dead_end()
+        if self._chain is None:
+            tok = int(cand["id"][int(cand["logit"].argmax())])
+        else:
+            llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(c))
+            tok = int(cand["id"][c.selected])
+        self._accept(tok)
+        return tok
+
+    def _fill(self, logits: np.ndarray) -> tuple[np.ndarray, llama_cpp.llama_token_data_array]:
+        cand, c = self._cand, self._cand_c
+        cand["id"] = self._ids  # the chain sorts and truncates in place: refill every row
+        cand["logit"] = logits
+        cand["p"] = 0.0
+        c.size, c.selected, c.sorted = len(cand), -1, False
+        return cand, c
+
+    def _chain_choice(self, logits: np.ndarray) -> int:
+        """What the chain picks from the whole row (applying it changes no state)."""
+        cand, c = self._fill(logits)
+        llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(c))
+        return int(cand["id"][c.selected])
+
+    def _accept(self, tok: int) -> None:
+        """Advance the grammar and the chain's state (repeat penalty history, RNG) over ``tok``."""
+        assert self.grammar is not None
+        self.grammar.accept(tok)
+        if self._chain is not None:
+            llama_cpp.llama_sampler_accept(self._chain, tok)
 
     def close(self) -> None:
         if self._chain is not None:
             llama_cpp.llama_sampler_free(self._chain)
             self._chain = None
+        if self.grammar is not None:
+            self.grammar.close()
+            self.grammar = None
 
     def __del__(self) -> None:  # samplers are small, but do not leak them
         self.close()

@@ -1,12 +1,15 @@
-"""Settings the engine takes: sampling and the draft-length controller.
+"""Settings the engine takes: sampling (with structured output) and the draft-length controller.
 
 Plain frozen dataclasses with defaults; the UI and the config file build them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+from specchat.errors import UserError
 
 
 class Mode(StrEnum):
@@ -24,6 +27,75 @@ class Drafter(StrEnum):
     LOOKUP = "lookup"  # n-gram prompt lookup
 
 
+class GrammarError(UserError, ValueError):
+    """A JSON schema or GBNF grammar that cannot be used; the message is one line naming it."""
+
+
+class Structured(StrEnum):
+    """What constrains an answer's text (stored with a chat as its ``structured_kind``)."""
+
+    NONE = ""
+    JSON_SCHEMA = "json_schema"
+    GRAMMAR = "grammar"  # GBNF, llama.cpp's grammar language
+
+
+STRUCTURED_LABELS = {Structured.NONE: "", Structured.JSON_SCHEMA: "JSON schema", Structured.GRAMMAR: "GBNF grammar"}
+# The largest schema or grammar a user may give.  Real JSON schemas are a few KiB; llama.cpp
+# parses a 256 KiB grammar in ~10 ms, and engine/grammar.py bounds what costs more than size.
+MAX_STRUCTURED_BYTES = 256 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """A JSON schema or a GBNF grammar the answer must follow (``kind`` "" : none)."""
+
+    kind: str = ""
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        kind = str(getattr(self.kind, "value", self.kind) or "").strip().lower()
+        object.__setattr__(self, "kind", kind)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.kind)
+
+    @property
+    def label(self) -> str:
+        """"JSON schema", "GBNF grammar" or "" (what a footer or an error names)."""
+        return STRUCTURED_LABELS.get(Structured(self.kind), "") if self.kind in _KINDS else self.kind
+
+    def validate(self) -> None:
+        """The cheap checks (kind, size, text present); :func:`check_structured` parses it too."""
+        if self.kind not in _KINDS:
+            raise GrammarError(f"structured output must be one of: none, json_schema, grammar (not {self.kind!r})")
+        if not self.active:
+            return
+        if not self.text.strip():
+            raise GrammarError(f"the {self.label} is empty: give its text or choose no structured output")
+        size = len(self.text.encode("utf-8", errors="surrogatepass"))
+        if size > MAX_STRUCTURED_BYTES:
+            raise GrammarError(f"the {self.label} is {size} bytes (at most {MAX_STRUCTURED_BYTES >> 10} KiB): "
+                               "shorten it")
+
+
+_KINDS = frozenset(k.value for k in Structured)
+
+
+def check_structured(structured: StructuredOutput) -> None:
+    """Raise :class:`GrammarError` (one line) unless ``structured`` can constrain an answer:
+    the schema converts to a grammar and the grammar parses (llama.cpp's parser, no model).
+
+    For a form's OK button: parsing only, no model or context, a few ms for real grammars;
+    engine/grammar.py bounds nesting and size first, so the C parser's recursion stays small.
+    """
+    structured.validate()
+    if structured.active:
+        from .grammar import compile_structured, parse_check
+
+        parse_check(compile_structured(structured), structured.label)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
     temperature: float = 0.0
@@ -33,6 +105,16 @@ class SamplingSettings:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: int = 0xC0FFEE
+    structured: StructuredOutput = field(default_factory=StructuredOutput)  # a JSON schema or grammar, or none
+
+    @classmethod
+    def from_chat(cls, chat: Any) -> SamplingSettings:
+        """From a chat's settings (``specchat.store.ChatSettings``; duck-typed, the engine does not
+        import the store): its sampling fields and its structured output."""
+        return cls(temperature=chat.temperature, top_k=chat.top_k, top_p=chat.top_p, min_p=chat.min_p,
+                   repeat_penalty=chat.repeat_penalty, seed=chat.seed,
+                   structured=StructuredOutput(getattr(chat, "structured_kind", ""),
+                                               getattr(chat, "structured_text", "")))
 
     @property
     def greedy(self) -> bool:
@@ -49,6 +131,7 @@ class SamplingSettings:
             raise ValueError("top_k must be >= 0 (0 = off)")
         if self.repeat_penalty <= 0:
             raise ValueError("repeat_penalty must be > 0")
+        self.structured.validate()
 
 
 @dataclass(frozen=True, slots=True)

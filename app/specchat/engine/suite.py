@@ -1,17 +1,22 @@
-"""Benchmark suites: the built-in one, and JSONL files of ``{"id", "task", "messages"}``.
+"""Benchmark suites: the built-in one, and JSONL files of ``{"id", "task", "messages"}``
+(with an optional ``"schema"``: a JSON schema object the answer can be held to).
 
 The built-in suite covers the task types whose acceptance differs most in
 practice: code, edits of pasted code (where prompt lookup shines: the answer
 repeats the prompt), chat, structured JSON, summarisation and creative writing.
+Its JSON prompts carry a schema, so ``specchat bench --structured`` measures them
+under it (schema-constrained JSON is where published speed-ups are highest).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specchat.errors import UserError
+
+SCHEMA_SUFFIX = "+schema"  # the task of a prompt run under its schema: "json+schema"
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +24,27 @@ class BenchPrompt:
     id: str
     task: str
     messages: tuple[dict[str, str], ...]
+    schema: str = ""  # a JSON schema (text) the answer can be held to; "" none
+    constrained: bool = False  # run under ``schema`` (see :meth:`under_schema`)
+
+    def under_schema(self) -> BenchPrompt:
+        """This prompt held to its schema, as a task of its own ("json+schema") so that a table
+        compares it with the free runs and its multiplier is against its own plain runs."""
+        return replace(self, task=self.task + SCHEMA_SUFFIX, constrained=True)
+
+
+def _schema(properties: dict[str, dict], **extra: object) -> str:
+    return json.dumps({"type": "object", "properties": properties, "required": list(properties),
+                       "additionalProperties": False, **extra})
+
+
+PERSON_SCHEMA = _schema({
+    "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "email": {"type": "string"},
+    "hobbies": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3},
+})
+VOTE_SCHEMA = _schema({key: {"type": "integer", "minimum": 0}
+                       for key in ("vote_for", "vote_against", "streets", "trial_months")})
 
 
 _ARTICLE = (
@@ -81,11 +107,11 @@ BUILTIN: tuple[BenchPrompt, ...] = (
     BenchPrompt("json-person", "json", (
         {"role": "system", "content": "Answer with JSON only."},
         {"role": "user", "content": "Give a JSON object for a person with fields name, age, email, and a list "
-                                    "of three hobbies. Use realistic values."},)),
+                                    "of three hobbies. Use realistic values."},), PERSON_SCHEMA),
     BenchPrompt("json-extract", "json", (
         {"role": "system", "content": "Answer with JSON only."},
         {"role": "user", "content": "Extract {\"vote_for\": int, \"vote_against\": int, \"streets\": int, "
-                                    "\"trial_months\": int} from: " + _ARTICLE},)),
+                                    "\"trial_months\": int} from: " + _ARTICLE},), VOTE_SCHEMA),
     BenchPrompt("summary-council", "summary", (
         {"role": "user", "content": "Summarise this in two sentences:\n\n" + _ARTICLE},)),
     BenchPrompt("summary-bullets", "summary", (
@@ -102,6 +128,33 @@ MAX_SUITE_BYTES = 64 << 20
 
 class SuiteError(UserError, ValueError):
     pass
+
+
+def _line_schema(schema: object) -> str:
+    """A suite line's ``schema``: an object (or its JSON text); checked when a run uses it."""
+    if schema is None or schema == "":
+        return ""
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, dict):
+        return json.dumps(schema)
+    raise ValueError("schema must be a JSON schema object")
+
+
+def with_schemas(prompts: list[BenchPrompt], structured: str) -> list[BenchPrompt]:
+    """``structured`` "off": the prompts as they are; "on": those with a schema held to it (the others
+    as they are); "both": each prompt with a schema twice, free and held to it."""
+    if structured == "off":
+        return prompts
+    out: list[BenchPrompt] = []
+    for p in prompts:
+        if not p.schema:
+            out.append(p)
+            continue
+        if structured == "both":
+            out.append(p)
+        out.append(p.under_schema())
+    return out
 
 
 def load_suite(spec: str) -> list[BenchPrompt]:
@@ -128,7 +181,8 @@ def load_suite(spec: str) -> list[BenchPrompt]:
             if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
                                                      and isinstance(m.get("content"), str) for m in msgs):
                 raise ValueError("messages must be a list of {role, content}")
-            out.append(BenchPrompt(str(obj.get("id", f"line{n}")), str(obj.get("task", "custom")), tuple(msgs)))
+            out.append(BenchPrompt(str(obj.get("id", f"line{n}")), str(obj.get("task", "custom")), tuple(msgs),
+                                   _line_schema(obj.get("schema"))))
         except (ValueError, KeyError, TypeError) as exc:
             raise SuiteError(f"{path.name}:{n}: not a suite line ({exc})") from None
     if not out:
