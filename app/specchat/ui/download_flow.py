@@ -122,8 +122,7 @@ class DownloadFlow(QObject):
         registered: list[Path] = []
         try:
             for index, source in done.register:
-                self.registry.add(paths[index], source=source)
-                registered.append(Path(paths[index]))
+                registered.append(Path(self.registry.add(paths[index], source=source).path))
         except (GGUFError, RegistryError) as exc:  # the files stay where they are; say why they are not listed
             self._end(f"Downloaded, but not registered: {exc}")
             return

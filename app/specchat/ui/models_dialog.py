@@ -35,6 +35,7 @@ from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubTasks
 
 from .download_flow import DownloadFlow, DownloadJob
+from .draft_finder_tab import DraftFinderTab, target_name
 from .hub_tab import HubSearchTab
 
 ROLE = Qt.ItemDataRole.UserRole
@@ -91,6 +92,10 @@ class ModelsDialog(QDialog):
                                        has_token=get_token() is not None)
         self.search_tab.downloadRequested.connect(self.download_entry)
         self.tabs.addTab(self.search_tab, "Search the hub")
+        self.finder = DraftFinderTab(hub, self.pairs)
+        self.finder.useRequested.connect(self.download_and_use)
+        self.search_tab.findDraftsRequested.connect(self.find_drafts)
+        self.tabs.addTab(self.finder, "Find a draft")
         layout.addWidget(self.tabs)
         layout.addLayout(self._download_bar())
         self.refresh_installed()
@@ -115,10 +120,11 @@ class ModelsDialog(QDialog):
 
     def _busy(self, busy: bool) -> None:
         self.cancel_button.setEnabled(busy)
-        for button in (self.download_button, self.search_tab.download_button):
+        for button in (self.download_button, self.search_tab.download_button, self.finder.use_button):
             button.setEnabled(not busy)
         if not busy:
             self.search_tab._update_buttons()
+            self.finder._update_button()
 
     # -- catalog --------------------------------------------------------------------
 
@@ -171,6 +177,30 @@ class ModelsDialog(QDialog):
         """A file (or all parts of a split model) picked in Search the hub."""
         self.flow.start(DownloadJob(entry.name, entry.files, ((0, entry.ref),)))
 
+    # -- the draft finder -------------------------------------------------------------
+
+    def find_drafts(self, target: GGUFEntry | Path) -> None:
+        self.tabs.setCurrentWidget(self.finder)
+        self.finder.find_for(target)
+
+    def download_and_use(self, target: GGUFEntry | Path, draft: GGUFEntry) -> None:
+        """Fetch the chosen draft (and the target, when it is on the hub), then make them the chat's pair.
+        The finder has already checked the two headers, so the download starts at once."""
+        register: tuple[tuple[int, str], ...]
+        if isinstance(target, Path):
+            files, register = draft.files, ((0, draft.ref),)
+        else:
+            files = target.files + draft.files
+            register = ((0, target.ref), (len(target.files), draft.ref))
+
+        def use(paths: list[Path]) -> None:
+            local = [target] if isinstance(target, Path) else []
+            chosen = [*local, *paths]
+            self.pairChosen.emit(chosen[0], chosen[1])
+            self.accept()
+
+        self.flow.start(DownloadJob(f"{draft.name} for {target_name(target)}", files, register, then=use))
+
     # -- installed -------------------------------------------------------------------
 
     def _installed_tab(self) -> QWidget:
@@ -191,9 +221,13 @@ class ModelsDialog(QDialog):
         right.addWidget(self.drafts)
         self.use_button = QPushButton("Use for this chat")
         self.use_button.clicked.connect(self._use)
+        self.find_button = QPushButton("Find drafts on the hub…")
+        self.find_button.setToolTip("Candidates of the target's family, checked header-only (about 1 MiB each)")
+        self.find_button.clicked.connect(self._find_for_installed)
         self.message = QLabel()
         self.message.setWordWrap(True)
         right.addWidget(self.message)
+        right.addWidget(self.find_button)
         right.addWidget(self.use_button)
         h.addLayout(left, 1)
         h.addLayout(right, 1)
@@ -253,6 +287,11 @@ class ModelsDialog(QDialog):
         self.message.setText("\n".join(errors))
         self.refresh_installed()
         return errors
+
+    def _find_for_installed(self) -> None:
+        item = self.installed.currentItem()
+        if item is not None:
+            self.find_drafts(Path(item.data(ROLE)))
 
     def _use(self) -> None:
         target = self.installed.currentItem()

@@ -1,0 +1,171 @@
+"""Models → Find a draft: for a target (installed, or a file on the hub) the drafts that can serve it.
+
+:func:`specchat.models.draft_finder.find_drafts` gathers candidates of the target's family
+(its base_model tags, its organisation, name patterns, the catalog), keeps those 5 to 20
+times smaller and reads each one's header (about 1 MiB) to check the tokenizer.  This tab
+shows the compatible ones first, ranked, and the refused ones after them with the reason,
+greyed out: a list that is silently empty is what users of other apps complain about most.
+One click downloads the chosen draft (and the target, when it is on the hub) and makes the
+pair the chat's.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specchat.models.catalog import CatalogPair
+from specchat.models.draft_finder import DraftCandidate, find_drafts, target_entry
+from specchat.models.hub import human_bytes
+from specchat.models.hub_search import GGUFEntry
+from specchat.workers.hub_tasks import HubTasks
+
+ROLE = Qt.ItemDataRole.UserRole
+SOURCE_TEXT = {"base_model": "base model tag", "organisation": "same organisation", "name": "name pattern",
+               "catalog": "catalog"}
+
+
+def target_name(target: GGUFEntry | Path) -> str:
+    return target.name if isinstance(target, Path) else target.ref
+
+
+class DraftFinderTab(QWidget):
+    useRequested = Signal(object, object)  # target (GGUFEntry | Path), draft GGUFEntry
+
+    def __init__(self, hub: HubTasks, catalog: list[CatalogPair], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.hub = hub
+        self.catalog = catalog
+        self.target: GGUFEntry | Path | None = None
+        self._task: int | None = None
+        self.candidates: list[DraftCandidate] = []
+        v = QVBoxLayout(self)
+        ask = QHBoxLayout()
+        self.ref = QLineEdit()
+        self.ref.setPlaceholderText("Target on the hub: owner/repo or owner/repo/file.gguf (or pick one in "
+                                    "Installed or Search the hub)")
+        self.ref.returnPressed.connect(self.find_typed)
+        self.find_button = QPushButton("Find drafts")
+        self.find_button.clicked.connect(self.find_typed)
+        ask.addWidget(self.ref, 1)
+        ask.addWidget(self.find_button)
+        v.addLayout(ask)
+        self.heading = QLabel("Drafts share the target's tokenizer and are 5 to 20 times smaller.")
+        self.heading.setWordWrap(True)
+        v.addWidget(self.heading)
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["Draft", "Size", "Smaller by", "Verdict", "Found through"])
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.itemSelectionChanged.connect(self._update_button)
+        v.addWidget(self.table, 1)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        v.addWidget(self.status)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.use_button = QPushButton("Download the draft and use the pair")
+        self.use_button.clicked.connect(self._use)
+        row.addWidget(self.use_button)
+        v.addLayout(row)
+        hub.done.connect(self._on_done)
+        hub.failed.connect(self._on_failed)
+        self._update_button()
+
+    def find_typed(self) -> None:
+        """Find drafts for the hub reference typed in the box (resolved on the hub thread)."""
+        ref = self.ref.text().strip()
+        if ref:
+            self._find(ref, None)
+
+    def find_for(self, target: GGUFEntry | Path) -> None:
+        """Look for drafts of ``target``; the answer of an earlier search is dropped."""
+        self.ref.setText("" if isinstance(target, Path) else target.ref)
+        self._find(target_name(target), target)
+
+    def _find(self, name: str, target: GGUFEntry | Path | None) -> None:
+        self.hub.cancel(self._task)
+        self.target = target
+        self.candidates = []
+        self.table.setRowCount(0)
+        self.heading.setText(f"Drafts for <b>{html.escape(name)}</b>")
+        self.status.setText("Gathering candidates of the same family and reading their headers (about 1 MiB each)…")
+        catalog = self.catalog
+
+        def task(should_cancel) -> tuple[GGUFEntry | Path, list[DraftCandidate]]:  # noqa: ANN001 (cancel check)
+            resolved = target if target is not None else target_entry(name)
+            return resolved, find_drafts(resolved, catalog=catalog, should_cancel=should_cancel)
+
+        self._task = self.hub.submit(task)
+        self._update_button()
+
+    def _on_done(self, task: int, result: object) -> None:
+        if task != self._task or not isinstance(result, tuple):
+            return
+        self._task = None
+        self.target, candidates = result
+        self.show_candidates(candidates)
+
+    def _on_failed(self, task: int, message: str) -> None:
+        if task == self._task:
+            self._task = None
+            self.status.setText(message)
+            self._update_button()
+
+    def show_candidates(self, candidates: list[DraftCandidate]) -> None:
+        self.candidates = candidates
+        self.table.setRowCount(len(candidates))
+        for row, c in enumerate(candidates):
+            cells = (c.entry.ref, human_bytes(c.entry.size) if c.entry.size else "–",
+                     f"{c.ratio:.1f}×" if c.ratio else "–",
+                     "✓ compatible" if c.compatible else f"✗ {c.reason}", SOURCE_TEXT.get(c.source, c.source))
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(c.reason or text)
+                if col == 0:
+                    item.setData(ROLE, row)
+                if not c.compatible:  # listed, with the reason, but cannot be picked
+                    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
+                self.table.setItem(row, col, item)
+        good = sum(c.compatible for c in candidates)
+        refused = len(candidates) - good
+        if not candidates:
+            self.status.setText("No candidate found: no model of this family on the hub or in the catalog.")
+        else:
+            self.status.setText(f"{good} compatible, {refused} refused (the reason is in each row). "
+                                "Ranked by how much smaller than the target they are.")
+        if good:
+            self.table.selectRow(next(i for i, c in enumerate(candidates) if c.compatible))
+        self._update_button()
+
+    def selected(self) -> DraftCandidate | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        c = self.candidates[rows[0].row()]
+        return c if c.compatible else None
+
+    def _update_button(self) -> None:
+        self.use_button.setEnabled(self.selected() is not None and self._task is None)
+
+    def _use(self) -> None:
+        chosen = self.selected()
+        if chosen is not None and self.target is not None:
+            self.useRequested.emit(self.target, chosen.entry)
