@@ -23,6 +23,9 @@ PLAIN_MODE = "baseline"  # plain decoding, no drafter
 SPECULATION_MODES = (PLAIN_MODE, "draft", "lookup", "auto")
 _LEGACY_MODES = {"off": PLAIN_MODE}  # what chats and answers of schema 1 called plain decoding
 TASK_TAGS = ("code", "edit", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
+# What may constrain an answer (specchat.engine.Structured): none, a JSON schema, a GBNF grammar.
+STRUCTURED_KINDS = ("", "json_schema", "grammar")
+MAX_STRUCTURED_BYTES = 256 << 10  # as the engine's limit (specchat.engine.settings)
 ROLES = ("user", "assistant", "system")
 ANSWER_STATES = ("streaming", "done", "stopped", "error")
 FINAL_STATES = ("done", "stopped", "error")
@@ -52,6 +55,8 @@ class ChatSettings:
     backend: str = ""  # "": this machine's engine (Local); "llama-server": one SpecChat starts for this
     # chat's pair; else the name of a server in Settings → Servers
     server_spec_type: str = "draft-simple"  # the managed llama-server's --spec-type
+    structured_kind: str = ""  # one of STRUCTURED_KINDS: the answer follows a JSON schema or a GBNF grammar
+    structured_text: str = ""  # that schema or grammar
 
     def __post_init__(self) -> None:
         # Normalise what users and config files type, so equal settings compare equal.
@@ -78,6 +83,10 @@ class ChatSettings:
             raise ValueError("repeat_penalty must be > 0")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        if self.structured_kind not in STRUCTURED_KINDS:
+            raise ValueError(f"structured_kind must be one of {', '.join(repr(k) for k in STRUCTURED_KINDS)}")
+        if not isinstance(self.structured_text, str) or len(self.structured_text) > MAX_STRUCTURED_BYTES:
+            raise ValueError(f"structured_text must be text of at most {MAX_STRUCTURED_BYTES >> 10} KiB")
 
     def to_json(self) -> str:
         doc = asdict(self)
@@ -132,6 +141,7 @@ class MessageStats(CountsView):
     fallbacks: tuple[str, ...] = ()
     error: str = ""  # the message shown to the user when the answer ended in an error
     phases: PhaseSplit = PhaseSplit()  # its rounds inside the reasoning block and after it
+    structured: str = ""  # "json_schema" or "grammar" when the answer was held to one (its acceptance is under it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -140,6 +150,8 @@ class MessageStats(CountsView):
     def to_json(self) -> str:
         doc = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
                "fallbacks": list(self.fallbacks), "error": self.error}
+        if self.structured:
+            doc["structured"] = self.structured
         if self.phases.has_reasoning:
             doc["phases"] = self.phases.to_dict()
         return json.dumps(doc, sort_keys=True)
@@ -158,6 +170,7 @@ class MessageStats(CountsView):
                 fallbacks=tuple(str(f) for f in doc.get("fallbacks") or ()),
                 error=str(doc.get("error") or ""),
                 phases=PhaseSplit.from_dict(doc.get("phases")),
+                structured=str(doc.get("structured") or ""),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("message stats unreadable (%s)", exc)
@@ -172,7 +185,8 @@ class MessageStats(CountsView):
         return cls(counts=stats.counts, mode=str(stats.mode),
                    stop_reason=str(getattr(stop_reason, "value", stop_reason)),
                    fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error,
-                   phases=getattr(stats, "phases", PhaseSplit()))
+                   phases=getattr(stats, "phases", PhaseSplit()),
+                   structured=str(getattr(stats, "structured", "") or ""))
 
 
 @dataclass(frozen=True, slots=True)
