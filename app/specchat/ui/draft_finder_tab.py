@@ -68,8 +68,10 @@ class DraftFinderTab(QWidget):
         v.addWidget(self.heading)
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["Draft", "Size", "Smaller by", "Verdict", "Found through"])
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -135,7 +137,7 @@ class DraftFinderTab(QWidget):
         for row, c in enumerate(candidates):
             cells = (c.entry.ref, human_bytes(c.entry.size) if c.entry.size else "–",
                      f"{c.ratio:.1f}×" if c.ratio else "–",
-                     "✓ compatible" if c.compatible else f"✗ {c.reason}", SOURCE_TEXT.get(c.source, c.source))
+                     ("✓ compatible" + (f" ({c.note})" if c.note else "")) if c.compatible else f"✗ {c.reason}", SOURCE_TEXT.get(c.source, c.source))
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(c.reason or text)

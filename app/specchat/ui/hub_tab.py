@@ -46,7 +46,9 @@ SORT_TEXT = {"downloads": "Most downloaded", "likes": "Most liked", "updated": "
 def _table(headers: list[str], stretch: int = 0) -> QTableWidget:
     t = QTableWidget(0, len(headers))
     t.setHorizontalHeaderLabels(headers)
-    t.horizontalHeader().setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+    header = t.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
     t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
     t.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
     t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
