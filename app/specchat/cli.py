@@ -126,6 +126,11 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     chat.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     chat.add_argument("--server", metavar="NAME|URL", default=None,
                       help="answer on a server (a name from 'specchat servers list', or a URL) instead of locally")
+    held = chat.add_mutually_exclusive_group()
+    held.add_argument("--json-schema", type=Path, metavar="FILE", default=None,
+                      help="the answer is JSON that follows this JSON schema (speculation stays on)")
+    held.add_argument("--grammar", type=Path, metavar="FILE", default=None,
+                      help="the answer follows this GBNF grammar (llama.cpp's grammar language)")
     chat.add_argument("prompt", help="the user message")
 
     bench = sub.add_parser("bench", help="plain vs speculative decoding speed, same run")
@@ -149,6 +154,11 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                        help="a server with the same model and no draft: the server's plain reference")
     bench.add_argument("--reference", action="store_true",
                        help="also measure llama-bench-style raw decode speed (no sampling, no loop)")
+    bench.add_argument("--structured", choices=["off", "on", "both"], default="off",
+                       help="run the prompts that have a JSON schema (the builtin JSON ones) held to it: 'on', "
+                            "or 'both' free and held (task 'json+schema'); default off")
+    bench.add_argument("--task", default=None, metavar="TAGS",
+                       help="only the prompts of these tasks, comma-separated (e.g. json)")
 
     sim = sub.add_parser("simulate", help="replay an agreement trace against a cost profile, with the real controller")
     sim.add_argument("--trace", type=Path, action="append", required=True, metavar="FILE",
@@ -230,12 +240,47 @@ def _sampling(args: argparse.Namespace):
     from specchat.engine.settings import SamplingSettings
 
     s = SamplingSettings(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                         repeat_penalty=args.repeat_penalty, seed=args.seed)
+                         repeat_penalty=args.repeat_penalty, seed=args.seed, structured=_structured(args))
     try:
         s.validate()
     except ValueError as exc:
         raise CliError(str(exc)) from None
     return s
+
+
+def _structured(args: argparse.Namespace):
+    """``--json-schema FILE`` or ``--grammar FILE``, read and checked (parsed by llama.cpp, no model)
+    before any model loads; every problem is one line naming the file."""
+    from specchat.engine.settings import (
+        MAX_STRUCTURED_BYTES,
+        GrammarError,
+        Structured,
+        StructuredOutput,
+        check_structured,
+    )
+
+    for kind, path in ((Structured.JSON_SCHEMA, getattr(args, "json_schema", None)),
+                       (Structured.GRAMMAR, getattr(args, "grammar", None))):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_STRUCTURED_BYTES + 1)
+        except OSError as exc:
+            raise CliError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        if len(data) > MAX_STRUCTURED_BYTES:
+            raise CliError(f"{path}: over {MAX_STRUCTURED_BYTES >> 10} KiB, too large for a schema or grammar")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise CliError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        structured = StructuredOutput(kind, text)
+        try:
+            check_structured(structured)
+        except GrammarError as exc:
+            raise CliError(f"{path}: {exc}") from None
+        return structured
+    return StructuredOutput()
 
 
 def _load_pair(args: argparse.Namespace):
@@ -332,7 +377,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specchat.engine.controller import CostModel
     from specchat.engine.runtime import backend_info
     from specchat.engine.settings import Mode
-    from specchat.engine.suite import SuiteError, load_suite
+    from specchat.engine.suite import SuiteError, load_suite, with_schemas
 
     try:
         modes = [Mode(m.strip()) for m in args.modes.split(",") if m.strip()]
@@ -344,6 +389,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = load_suite(args.suite)
     except SuiteError as exc:
         raise CliError(str(exc)) from None
+    if args.task:
+        tags = {t.strip() for t in args.task.split(",") if t.strip()}
+        prompts = [p for p in prompts if p.task in tags]
+        if not prompts:
+            raise CliError(f"no prompt of the suite has the task {args.task!r}")
+    prompts = with_schemas(prompts, args.structured)
     sampling = _sampling(args)
     if args.server or args.baseline_server:
         from specchat.cli_servers import bench_with_servers

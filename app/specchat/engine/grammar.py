@@ -240,18 +240,36 @@ def _parse(vocab: Any, data: bytes) -> tuple[Any, str]:
     m = _REASON.search(said)
     reason = m.group(1).strip() if m else ""
     if not reason and not sampler:
-        from .runtime import last_log_error
-
-        reason = last_log_error().removeprefix("llama_grammar_init_impl: ").strip()
+        reason = _logged_reason()
     return sampler, reason
 
 
+def _logged_reason() -> str:
+    """What llama.cpp's log said last about a grammar (a missing root, left recursion): those
+    reasons go to its log, which the runtime keeps, not to stderr."""
+    from . import runtime
+
+    with runtime._log_lock:
+        lines = list(runtime._last_log[-4:])
+    for line in reversed(lines):
+        if "grammar" in line and "failed to parse" not in line:
+            return line.split(": ", 1)[-1].strip() if line.startswith("llama_") else line.strip()
+    return ""
+
+
+_AT = re.compile(r"^(.*?) at(?: (.*))?$", re.S)
+
+
 def _parse_error(name: str, text: str, reason: str) -> GrammarError:
+    """One line: llama.cpp's reason ("expecting ')' at <the rest of the grammar>" shortened to
+    where it stopped) and how the grammar starts."""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    why = reason.split(" at ", 1)[0] if reason.startswith("expecting") else reason
-    if " at " in reason and reason.startswith("expecting"):
-        why += f" at {reason.split(' at ', 1)[1][:40]!r}"
-    return GrammarError(f"{name} is not a valid GBNF grammar: {why or 'see its first line'} "
+    why = reason
+    m = _AT.match(reason) if reason.startswith("expecting") else None
+    if m:
+        rest = (m.group(2) or "").strip()
+        why = m.group(1) + (f" at {rest[:40]!r}" if rest else " at the end")
+    return GrammarError(f"{name} is not a valid GBNF grammar: {why or 'llama.cpp refused it'} "
                         f"(it starts {first[:60]!r})")
 
 

@@ -93,7 +93,7 @@ def check_structured(structured: StructuredOutput) -> None:
     if structured.active:
         from .grammar import compile_structured, parse_check
 
-        parse_check(compile_structured(structured), structured.label)
+        parse_check(compile_structured(structured), f"the {structured.label}")
 
 
 @dataclass(frozen=True, slots=True)
