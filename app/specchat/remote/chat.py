@@ -42,7 +42,7 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG
-from specchat.engine.settings import Drafter, SamplingSettings
+from specchat.engine.settings import Drafter, SamplingSettings, Structured, StructuredOutput
 from specchat.metrics import Counts
 
 from .client import Capabilities, Engine, ServerClient, StreamedEvents
@@ -94,7 +94,37 @@ def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
         body["repetition_penalty"] = s.repeat_penalty
     if caps.engine == Engine.SGLANG:
         body["return_spec_tokens_details"] = True
+    if s.structured.active:
+        body.update(structured_fields(caps, s.structured))
     return body
+
+
+def structured_fields(caps: Capabilities, structured: StructuredOutput) -> dict[str, Any]:
+    """The request fields that hold a server's answer to a JSON schema or a GBNF grammar.
+
+    - llama-server: its own ``json_schema`` (an object) or ``grammar`` (GBNF text) fields;
+    - vLLM, SGLang, OpenAI: a schema as OpenAI's ``response_format`` of type ``json_schema``;
+    - a grammar for vLLM goes in ``structured_outputs.grammar`` (vLLM >= 0.12; it replaced
+      ``guided_grammar``), for SGLang in ``ebnf``; other servers take no grammar.
+
+    :class:`ServerError` (one line) for a schema that is not JSON or a grammar the server cannot take.
+    """
+    if structured.kind == Structured.JSON_SCHEMA:
+        try:
+            schema = json.loads(structured.text)
+        except ValueError as exc:
+            raise ServerError(f"the JSON schema is not valid JSON: {exc}") from None
+        if caps.engine == Engine.LLAMA:
+            return {"json_schema": schema}
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "answer", "schema": schema, "strict": True}}}
+    if caps.engine == Engine.LLAMA:
+        return {"grammar": structured.text}
+    if caps.engine == Engine.VLLM:
+        return {"structured_outputs": {"grammar": structured.text}}
+    if caps.engine == Engine.SGLANG:
+        return {"ebnf": structured.text}
+    raise ServerError("this server takes a JSON schema but no GBNF grammar: use a schema, or answer locally")
 
 
 def stream_answer(client: ServerClient, caps: Capabilities, req: ChatRequest, cancel: Cancel,
