@@ -251,13 +251,8 @@ def _sampling(args: argparse.Namespace):
 def _structured(args: argparse.Namespace):
     """``--json-schema FILE`` or ``--grammar FILE``, read and checked (parsed by llama.cpp, no model)
     before any model loads; every problem is one line naming the file."""
-    from specchat.engine.settings import (
-        MAX_STRUCTURED_BYTES,
-        GrammarError,
-        Structured,
-        StructuredOutput,
-        check_structured,
-    )
+    from specchat.engine.grammar import check_structured
+    from specchat.engine.settings import MAX_STRUCTURED_BYTES, GrammarError, Structured, StructuredOutput
 
     for kind, path in ((Structured.JSON_SCHEMA, getattr(args, "json_schema", None)),
                        (Structured.GRAMMAR, getattr(args, "grammar", None))):

@@ -16,9 +16,20 @@ from .events import (
     TokenOrigin,
     TokensEmitted,
 )
-from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
+from .settings import ControllerSettings, Drafter, Mode, SamplingSettings, StructuredOutput
+
+
+def check_structured(structured: StructuredOutput) -> None:
+    """:func:`specchat.engine.grammar.check_structured`: a JSON schema or GBNF grammar parsed by
+    llama.cpp (no model), :class:`~specchat.engine.settings.GrammarError` in one line if it fails.
+    Imported when called, so that the settings and events stay free of llama.cpp."""
+    from .grammar import check_structured as check
+
+    check(structured)
+
 
 __all__ = [
     "ControllerSettings", "Done", "Drafter", "Error", "Event", "Fallback", "GenerationStats", "Mode", "Prefilled",
-    "RoundStats", "SamplingSettings", "StopReason", "TokenOrigin", "TokensEmitted",
+    "RoundStats", "SamplingSettings", "StopReason", "StructuredOutput", "TokenOrigin", "TokensEmitted",
+    "check_structured",
 ]

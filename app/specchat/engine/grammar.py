@@ -46,7 +46,7 @@ from .chat import MAX_RENDER_MEMORY, _Interrupt, _watched
 from .runtime import init_backend
 from .settings import MAX_STRUCTURED_BYTES, GrammarError, Structured, StructuredOutput
 
-__all__ = ["Grammar", "GrammarError", "compile_structured", "parse_check", "schema_to_gbnf"]
+__all__ = ["Grammar", "GrammarError", "check_structured", "compile_structured", "parse_check", "schema_to_gbnf"]
 
 MAX_NESTING = 256
 MAX_RULES = 4096
@@ -285,6 +285,17 @@ def parse_check(text: str, name: str = "the grammar") -> None:
     if reason.startswith("no vocab to parse token"):
         return
     raise _parse_error(name, text, reason)
+
+
+def check_structured(structured: StructuredOutput) -> None:
+    """Raise :class:`GrammarError` (one line) unless ``structured`` can constrain an answer:
+    the schema converts to a grammar and the grammar parses (llama.cpp's parser, no model).
+
+    For a form's OK button and the command line: parsing only, no model or context, a few
+    ms for real grammars; the bounds above keep the C parser's recursion small."""
+    structured.validate()
+    if structured.active:
+        parse_check(compile_structured(structured), f"the {structured.label}")
 
 
 # -- the grammar of one answer ---------------------------------------------------------------------

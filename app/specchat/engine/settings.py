@@ -82,20 +82,6 @@ class StructuredOutput:
 _KINDS = frozenset(k.value for k in Structured)
 
 
-def check_structured(structured: StructuredOutput) -> None:
-    """Raise :class:`GrammarError` (one line) unless ``structured`` can constrain an answer:
-    the schema converts to a grammar and the grammar parses (llama.cpp's parser, no model).
-
-    For a form's OK button: parsing only, no model or context, a few ms for real grammars;
-    engine/grammar.py bounds nesting and size first, so the C parser's recursion stays small.
-    """
-    structured.validate()
-    if structured.active:
-        from .grammar import compile_structured, parse_check
-
-        parse_check(compile_structured(structured), f"the {structured.label}")
-
-
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
     temperature: float = 0.0

@@ -6,21 +6,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from PySide6.QtGui import QStandardItemModel
+from PySide6.QtGui import QFontDatabase, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QWidget,
 )
 
 from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, as_int
+from specchat.engine import check_structured
+from specchat.engine.settings import (
+    MAX_STRUCTURED_BYTES,
+    STRUCTURED_LABELS,
+    GrammarError,
+    Structured,
+    StructuredOutput,
+)
 from specchat.errors import collect_warnings
 from specchat.remote.backend import MANAGED, spec_type_offers
 from specchat.remote.errors import ServerError
@@ -153,10 +164,13 @@ class ChatSettingsDialog(QDialog):
         self.repeat = QDoubleSpinBox(minimum=0.5, maximum=2.0, singleStep=0.05, value=settings.repeat_penalty)
         self.seed = QLineEdit(str(settings.seed))
         self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
+        structured_row = self._structured_widgets(settings)
         for label, w in (("Backend", self.backend), ("Model pair", self.pair), ("Speculation", self.speculation),
                          ("llama.cpp drafter", self.spec_type), ("", self.local_note), ("System prompt", self.system), ("Task tag", self.task),
                          ("top-k", self.top_k), ("top-p", self.top_p), ("min-p", self.min_p),
-                         ("Repeat penalty", self.repeat), ("Seed", self.seed), ("Max tokens", self.max_tokens)):
+                         ("Repeat penalty", self.repeat), ("Seed", self.seed), ("Max tokens", self.max_tokens),
+                         ("Structured output", structured_row), ("", self.structured_text),
+                         ("", self.structured_error)):
             form.addRow(label, w)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -164,6 +178,83 @@ class ChatSettingsDialog(QDialog):
         form.addRow(buttons)
         self.backend.currentIndexChanged.connect(lambda _i: self._backend_changed())
         self._backend_changed()
+
+    def _structured_widgets(self, settings: ChatSettings) -> QWidget:
+        """None / JSON schema / GBNF grammar, Load file…, the text (checked on OK) and its error line."""
+        self.structured_kind = QComboBox()
+        for kind in Structured:
+            self.structured_kind.addItem(STRUCTURED_LABELS[kind] or "None", kind.value)
+        self.structured_kind.setCurrentIndex(max(0, self.structured_kind.findData(settings.structured_kind)))
+        self.structured_kind.setToolTip("The answer follows a JSON schema or a GBNF grammar (llama.cpp's grammar "
+                                        "sampler); speculation stays on")
+        self.load_structured = QPushButton("Load file…")
+        self.load_structured.clicked.connect(self._choose_structured_file)
+        self.structured_text = QPlainTextEdit(settings.structured_text)
+        self.structured_text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.structured_text.setFixedHeight(120)
+        self.structured_text.setPlaceholderText('{"type": "object", "properties": {...}}   or   root ::= "yes" | "no"')
+        self.structured_error = QLabel()
+        self.structured_error.setStyleSheet("color:#b00020")
+        self.structured_error.setVisible(False)
+        self.structured_kind.currentIndexChanged.connect(lambda _i: self._structured_kind_changed())
+        self._structured_kind_changed()
+        row = QWidget()
+        box = QHBoxLayout(row)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.structured_kind, 1)
+        box.addWidget(self.load_structured)
+        return row
+
+    def _structured_kind_changed(self) -> None:
+        on = bool(self.structured_kind.currentData())
+        self.structured_text.setEnabled(on)
+        self.load_structured.setEnabled(on)
+        self._show_structured_error("")
+
+    def _show_structured_error(self, message: str) -> None:
+        self.structured_error.setText(message)
+        self.structured_error.setVisible(bool(message))
+
+    def _choose_structured_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load a JSON schema or GBNF grammar", "",
+                                              "Schemas and grammars (*.json *.gbnf *.txt);;All files (*)")
+        if path:
+            self.load_structured_file(path)
+
+    def load_structured_file(self, path: str) -> bool:
+        """Put a file's text in the box (a problem is one line under it and the box is left as it was)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_STRUCTURED_BYTES + 1)
+            if len(data) > MAX_STRUCTURED_BYTES:
+                raise GrammarError(f"{path}: over {MAX_STRUCTURED_BYTES >> 10} KiB, too large for a schema or grammar")
+            text = data.decode("utf-8-sig")
+        except OSError as exc:
+            self._show_structured_error(f"{path}: cannot read it ({exc.strerror or exc})")
+            return False
+        except UnicodeDecodeError as exc:
+            self._show_structured_error(f"{path}: not UTF-8 text (byte {exc.start})")
+            return False
+        except GrammarError as exc:
+            self._show_structured_error(str(exc))
+            return False
+        self.structured_text.setPlainText(text)
+        self._show_structured_error("")
+        return True
+
+    def structured(self) -> StructuredOutput:
+        kind = str(self.structured_kind.currentData() or "")
+        return StructuredOutput(kind, self.structured_text.toPlainText() if kind else "")
+
+    def accept(self) -> None:
+        """OK: a schema or grammar that llama.cpp cannot use is one line under its box, and nothing is saved."""
+        try:
+            check_structured(self.structured())
+        except GrammarError as exc:
+            self._show_structured_error(str(exc))
+            self.structured_text.setFocus()
+            return
+        super().accept()
 
     def _backend_changed(self) -> None:
         """A server runs its own models and drafting: the local pair and mode are kept, shown disabled."""
@@ -210,7 +301,9 @@ class ChatSettingsDialog(QDialog):
                        repeat_penalty=self.repeat.value(), seed=seed, max_tokens=self.max_tokens.value(),
                        backend=str(self.backend.currentData() or ""),
                        server_spec_type=str(self.spec_type.currentData() or self.base.server_spec_type),
-                       speculation=str(self.speculation.currentData()))
+                       speculation=str(self.speculation.currentData()),
+                       # a kind set back to None keeps nothing: the text of "None" is not a constraint
+                       structured_kind=self.structured().kind, structured_text=self.structured().text)
 
 
 def managed_spec_types(target, draft) -> tuple[dict[str, str], str]:
