@@ -16,8 +16,8 @@ What reaches llama.cpp is bounded first, each bound measured on the vendored par
   stack and 30,000 the 8 MiB main stack (SIGSEGV); 1,000 fit in 512 KiB (macOS's
   secondary threads).  At most :data:`MAX_NESTING`.
 - rule references recurse too (left-recursion check, stack expansion): a chain of 20,000
-  rules overflowed 1 MiB, 2,000 fit in 512 KiB.  Rules, groups and repetitions together
-  (an upper bound on every chain) at most :data:`MAX_RULES`.
+  rules overflowed 1 MiB and 4,090 overflowed 512 KiB; 3,000 fit in 512 KiB.  Rules, groups
+  and repetitions together (an upper bound on every chain) at most :data:`MAX_RULES`.
 - masking a row costs about (live alternatives) x (vocabulary): 11 ms for a small grammar,
   8.7 s for one rule of 20,000 alternatives.  At most :data:`MAX_ALTERNATIVES` ``|``.
 - the text: no NUL (C would read a shorter grammar), valid UTF-8, at most
@@ -49,7 +49,7 @@ from .settings import MAX_STRUCTURED_BYTES, GrammarError, Structured, Structured
 __all__ = ["Grammar", "GrammarError", "check_structured", "compile_structured", "parse_check", "schema_to_gbnf"]
 
 MAX_NESTING = 256
-MAX_RULES = 4096
+MAX_RULES = 2048
 MAX_ALTERNATIVES = 1024
 MAX_GRAMMAR_BYTES = 1 << 20  # a converted schema is larger than the schema; parsing 1 MiB takes ~40 ms
 # Counts in a schema (minItems, maxLength, a pattern's {m,n}) become that many copies of a
