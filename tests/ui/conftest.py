@@ -24,3 +24,14 @@ def fake_app(qtbot, tmp_path) -> Iterator[Callable[..., FakeApp]]:
     yield make
     for app in made:
         app.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_model_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's tests reach no model hub (the Models dialog reads the catalog's headers when it
+    opens): huggingface_hub offline, so those reads fail at once and the size estimate stays.  Tests
+    that serve a local hub (tests/models/hub_server.py) switch it back on for their server."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

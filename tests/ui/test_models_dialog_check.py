@@ -95,3 +95,25 @@ def test_cancel_during_the_check_starts_no_download(qtbot, fake_app, hub_pair) -
     assert dialog.download_button.isEnabled() and "Cancelled" in dialog.progress_label.text()
     qtbot.wait(500)  # the check's late result is dropped: still no download
     assert dialog.downloads.active is None and not s.registry.models()
+
+
+def test_the_catalog_fit_column_is_read_from_the_headers_once(qtbot, fake_app, hub_pair) -> None:  # noqa: ANN001
+    server, served = hub_pair
+    server.add_file(REPO_D, "draft.gguf", write_small_gguf(served / "draft.gguf", TOKENS, SIZE_FLOATS // 4))
+    s, dialog = _dialog(qtbot, fake_app)
+    row = dialog.catalog.selectionModel().selectedRows()[0].row()
+    qtbot.waitUntil(lambda: "headers" not in dialog.catalog.item(row, 2).toolTip()
+                    and "estimated" not in dialog.catalog.item(row, 2).toolTip()
+                    and dialog._fit_task is None, timeout=20_000)
+    cell = dialog.catalog.item(row, 2)
+    assert "(from sizes)" not in cell.text()
+    from specchat.models.fit import estimate_files, fit_pair
+
+    expected = fit_pair(estimate_files([served / "target.gguf", served / "draft.gguf"], n_ctx=4096),
+                        free_vram=dialog.free_vram, free_ram=dialog.free_ram)
+    assert cell.text() == expected.label
+    before = len(server.requests)
+    again = s.window.models_dialog()
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: again._fit_task is None, timeout=20_000)
+    assert not [r for r in server.requests[before:] if r.filename in ("target.gguf", "draft.gguf")]

@@ -83,3 +83,20 @@ def test_shutdown_ends_the_thread_while_a_task_runs(qtbot) -> None:  # noqa: ANN
     tasks.shutdown()
     assert time.monotonic() - t0 < 2.0
     assert "specchat-hub" not in running_threads()
+
+
+def test_shutdown_does_not_wait_for_a_task_stuck_in_a_read(qtbot) -> None:  # noqa: ANN001
+    """A hub that never answers holds a read for its whole timeout; closing the app must not."""
+    tasks = HubTasks()
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(should_cancel):  # noqa: ANN001, ANN202
+        started.set()
+        release.wait(30)  # a blocked socket read: no cancel check in it
+
+    tasks.submit(stuck)
+    assert started.wait(5)
+    t0 = time.monotonic()
+    tasks.shutdown()
+    assert time.monotonic() - t0 < 1.0
+    release.set()

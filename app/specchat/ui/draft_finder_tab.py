@@ -157,6 +157,10 @@ class DraftFinderTab(QWidget):
             self.table.selectRow(next(i for i, c in enumerate(candidates) if c.compatible))
         self._update_button()
 
+    def cancel_tasks(self) -> None:
+        self.hub.cancel(self._task)
+        self._task = None
+
     def selected(self) -> DraftCandidate | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows:

@@ -220,6 +220,12 @@ class HubSearchTab(QWidget):
         elif task in self._fits:
             self._show_fit(self._fits.pop(task), "header unreadable", message)
 
+    def cancel_tasks(self) -> None:
+        for task in (self._search, self._listing, *self._fits):
+            self.hub.cancel(task)
+        self._search = self._listing = None
+        self._fits.clear()
+
     # -- buttons ---------------------------------------------------------------------------
 
     def selected_entry(self) -> GGUFEntry | None:

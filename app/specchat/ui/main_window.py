@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
 from specchat import __version__
@@ -63,14 +64,16 @@ class MainWindow(QMainWindow):
         split.addWidget(self.pane)
         split.setStretchFactor(1, 1)
         split.setSizes([260, 940])
+        split.setChildrenCollapsible(False)  # dragged to the edge, the chat list stays at its minimum width
+        self.splitter = split
         self.setCentralWidget(split)
         self.pair_status = QLabel("no model loaded")
         self.memory_status = QLabel()
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
-        self.actions_by_slot = build_menus(self, {"telemetry": toggle},
-                                           {"set_dark": self.config["theme"] == "dark"})
+        self.actions_by_slot = build_menus(self, {"telemetry": toggle}, {"set_theme": str(self.config["theme"])})
+        self.answers.queueChanged.connect(self._update_chat_actions)
 
         self.chats.chatSelected.connect(self.open_chat)
         self.chats.newChatRequested.connect(self.new_chat)
@@ -108,6 +111,7 @@ class MainWindow(QMainWindow):
         self.pane.show_chat(chat_id)
         self.pane.header.set_backend(self.pane.settings().backend)
         self._preload_shown()
+        self._update_chat_actions()
 
     def new_chat(self) -> None:
         last = self.store.list_chats()
@@ -168,7 +172,8 @@ class MainWindow(QMainWindow):
 
     def models_dialog(self) -> ModelsDialog:
         dialog = ModelsDialog(self.session.registry, self.session.downloads, self.session.hub, self,
-                              user_catalog=self.session.profile.user_catalog)
+                              user_catalog=self.session.profile.user_catalog,
+                              cache_dir=self.session.profile.cache_dir / "headers")
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
         dialog.pairChosen.connect(self._pair_chosen)
         return dialog
@@ -198,7 +203,7 @@ class MainWindow(QMainWindow):
             self.session.set_config(dialog.result_config)
             if dialog.notes:
                 self.statusBar().showMessage(" ".join(dialog.notes), 30_000)
-            apply_theme(str(self.config["theme"]))
+            self._show_theme(str(self.config["theme"]))
             # the next answer (or now, if idle) loads the pair with the new context, layers and thresholds
             self.answers.reload(self.pane.settings() if self.chat_id is not None else None)
 
@@ -238,15 +243,53 @@ class MainWindow(QMainWindow):
     def set_tint(self, on: bool) -> None:
         self.pane.conversation.set_tint(on)
 
-    def set_dark(self, dark: bool) -> None:
+    def set_theme(self, setting: str) -> None:
+        """View → Theme: "system", "light" or "dark", saved in the app settings."""
         try:
-            config = self.config.replaced({"theme": "dark" if dark else "light"})
+            config = self.config.replaced({"theme": setting})
             config.save()
         except (ValueError, OSError) as exc:
             self.statusBar().showMessage(f"theme not saved: {exc}", 10_000)
+            self._show_theme(str(self.config["theme"]))
             return
         self.session.set_config(config)
-        apply_theme(str(config["theme"]))
+        self._show_theme(setting)
+
+    def _show_theme(self, setting: str) -> None:
+        """Use a theme setting and tick it in View → Theme."""
+        apply_theme(setting)
+        action = self.actions_by_slot.get(f"set_theme:{setting}")
+        if action is not None:
+            action.setChecked(True)
+
+    # -- the Chat menu (shortcuts) -------------------------------------------------------------
+
+    def search_chats(self) -> None:
+        self.chats.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.chats.search.selectAll()
+
+    def stop_answer(self) -> None:
+        if self.pane.generating:
+            self.pane.stop()
+
+    def regenerate(self) -> None:
+        self.pane.regenerate()
+
+    def copy_last_answer(self) -> None:
+        """The shown chat's last answer (as far as it has come) to the clipboard."""
+        last = next((w for w in reversed(self.pane.conversation.messages) if w.role == "assistant"), None)
+        if last is None or not last.content:
+            self.statusBar().showMessage("no answer to copy in this chat", 5_000)
+            return
+        QGuiApplication.clipboard().setText(last.content)
+        self.statusBar().showMessage(f"copied the last answer ({len(last.content)} characters)", 5_000)
+
+    def _update_chat_actions(self) -> None:
+        """Stop only while the shown chat generates (a disabled action leaves Esc to the widgets);
+        Regenerate only while it does not."""
+        generating = self.pane.generating
+        self.actions_by_slot["stop_answer"].setEnabled(generating)
+        self.actions_by_slot["regenerate"].setEnabled(not generating and self.chat_id is not None)
 
     def export_telemetry(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export this chat's rounds", "specchat-chat-rounds.csv",
@@ -289,6 +332,7 @@ class MainWindow(QMainWindow):
         if self._window_state is not None:
             self._window_state.setValue("window/geometry", self.saveGeometry())
             self._window_state.setValue("window/state", self.saveState(WINDOW_STATE_VERSION))
+            self._window_state.setValue("window/splitter", self.splitter.saveState())
             self._window_state.sync()
         super().closeEvent(event)
 
@@ -302,3 +346,6 @@ class MainWindow(QMainWindow):
         state = self._window_state.value("window/state")
         if state is not None:
             self.restoreState(state, WINDOW_STATE_VERSION)
+        splitter = self._window_state.value("window/splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)  # the chat list's width as the user dragged it

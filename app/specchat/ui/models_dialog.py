@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
+from specchat.models.catalog_fit import catalog_fits
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import human_bytes
@@ -61,7 +62,7 @@ class ModelsDialog(QDialog):
     pairChosen = Signal(object, object)  # target Path, draft Path | None
 
     def __init__(self, registry: Registry, downloads: DownloadService, hub: HubTasks, parent=None, *,
-                 user_catalog: Path | None = None) -> None:
+                 user_catalog: Path | None = None, cache_dir: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 640)
@@ -99,6 +100,12 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.tabs)
         layout.addLayout(self._download_bar())
         self.refresh_installed()
+        self._fit_task: int | None = None
+        hub.done.connect(self._on_fits)
+        hub.failed.connect(self._on_fits_failed)
+        if cache_dir is not None:
+            self.read_catalog_headers(cache_dir)
+        self.finished.connect(self._cancel_tasks)
 
     def _download_bar(self) -> QHBoxLayout:
         bar = QHBoxLayout()
@@ -142,10 +149,7 @@ class ModelsDialog(QDialog):
             name.setToolTip("\n".join([p.target.ref, *(d.ref for d in p.drafts)]))
             self.catalog.setItem(row, 0, name)
             self.catalog.setItem(row, 1, QTableWidgetItem(human_bytes(p.size)))
-            verdict = fit_verdict(p, self.free_vram, self.free_ram)
-            cell = QTableWidgetItem(verdict.label)
-            cell.setToolTip(verdict.summary)
-            self.catalog.setItem(row, 2, cell)
+            self._set_fit(row, fit_verdict(p, self.free_vram, self.free_ram))  # until the headers are read
             lic = QTableWidgetItem(p.licence + (" (gated)" if p.gated else ""))
             lic.setToolTip(p.gated)
             self.catalog.setItem(row, 3, lic)
@@ -159,6 +163,53 @@ class ModelsDialog(QDialog):
         buttons.addWidget(self.download_button)
         v.addLayout(buttons)
         return tab
+
+    def read_catalog_headers(self, cache_dir: Path) -> None:
+        """Replace the size guesses of "On this machine" with the estimate from each pair's headers
+        (installed files read locally; the others header-only on the hub, then cached in ``cache_dir``)."""
+        pairs, free_vram, free_ram = self.pairs, self.free_vram, self.free_ram
+        installed = {m.source: Path(m.path) for m in self._installed_models() if m.source}
+
+        def task(should_cancel) -> dict[str, FitVerdict]:  # noqa: ANN001 (the hub thread's cancel check)
+            return catalog_fits(pairs, free_vram=free_vram, free_ram=free_ram, cache_dir=cache_dir,
+                                should_cancel=should_cancel, installed=installed)
+
+        self._fit_task = self.hub.submit(task)
+
+    def _on_fits(self, task: int, result: object) -> None:
+        if task != self._fit_task or not isinstance(result, dict):
+            return
+        self._fit_task = None
+        for row in range(self.catalog.rowCount()):
+            name = self.catalog.item(row, 0)
+            verdict = result.get(name.data(ROLE)) if name is not None else None
+            if isinstance(verdict, FitVerdict):
+                self._set_fit(row, verdict)
+
+    def _on_fits_failed(self, task: int, message: str) -> None:
+        if task == self._fit_task:
+            self._fit_task = None
+            for row in range(self.catalog.rowCount()):
+                cell = self.catalog.item(row, 2)
+                if cell is not None:
+                    cell.setToolTip(f"{cell.toolTip()} (headers not read: {message})")
+
+    def _set_fit(self, row: int, verdict: FitVerdict) -> None:
+        cell = QTableWidgetItem(verdict.label + (" (from sizes)" if verdict.estimated else ""))
+        cell.setToolTip(verdict.summary)
+        self.catalog.setItem(row, 2, cell)
+
+    def _cancel_tasks(self) -> None:
+        """The dialog closed: nothing it asked the hub for is worth finishing."""
+        self.hub.cancel(self._fit_task)
+        self.search_tab.cancel_tasks()
+        self.finder.cancel_tasks()
+
+    def _installed_models(self) -> list:
+        try:
+            return self.registry.models()
+        except RegistryError:
+            return []
 
     def download_selected(self) -> None:
         rows = self.catalog.selectionModel().selectedRows()

@@ -13,6 +13,7 @@ one such read.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from .threads import end_thread, start_thread
 
 log = logging.getLogger(__name__)
 Task = Callable[[Callable[[], bool]], Any]  # should_cancel -> result
+POLL_S = 0.05  # how soon a cancel or shutdown is seen while a task body waits on the network
 
 
 class TaskCancelled(UserError):
@@ -54,7 +56,7 @@ class _Worker(QObject):
         try:
             if self.is_cancelled(task_id):
                 return
-            result = task(lambda: self.is_cancelled(task_id))
+            result = self._wait(task_id, task)
         except TaskCancelled:
             return
         except UserError as exc:
@@ -68,6 +70,30 @@ class _Worker(QObject):
         finally:
             with self._lock:
                 self._cancelled.discard(task_id)
+
+
+    def _wait(self, task_id: int, task: Task) -> Any:
+        """Run ``task`` in a daemon thread; its result, or TaskCancelled as soon as it is cancelled."""
+        box: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+        check = lambda: self.is_cancelled(task_id)  # noqa: E731 (the task's cancel check)
+
+        def body() -> None:
+            try:
+                box.put((True, task(check)))
+            except BaseException as exc:  # handed to the worker, raised there
+                box.put((False, exc))
+
+        threading.Thread(target=body, name="specchat-hub-task", daemon=True).start()
+        while True:
+            if check():
+                raise TaskCancelled("cancelled")
+            try:
+                ok, value = box.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if ok:
+                return value
+            raise value
 
 
 class HubTasks(QObject):
