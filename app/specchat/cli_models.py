@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from specchat.cli import EXIT_INCOMPATIBLE, CliError
 from specchat.errors import UserError
@@ -110,40 +111,46 @@ def _pull_files(args: argparse.Namespace) -> list[CatalogModel]:
     return list(pair.files(args.draft_index))
 
 
-def _validated(f: CatalogModel, path: Path) -> None:
+def _validated(ref: str, path: Path) -> None:
     """A pulled file must be a whole GGUF model; the refusal names it as the user does (repo/file)."""
     try:
         validate_file(path)
     except GGUFError as exc:
         reason = str(exc).removeprefix(f"{path.name}: ").removeprefix(f"{path}: ")
-        raise CliError(f"{f.ref}: {reason} (downloaded to {path}; it is not a model SpecChat can load)") from None
+        raise CliError(f"{ref}: {reason} (downloaded to {path}; it is not a model SpecChat can load)") from None
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from specchat.models.hub import DownloadError, download_files
+    from specchat.models.hub_search import entry_of
     from specchat.models.remote import check_remote_pair
 
     files = _pull_files(args)
     registry = Registry(args.profile.registry)  # a damaged registry stops us before the download
     try:
-        hub_files = [f.hub_file() for f in files]
+        # a split model is all its parts (asked from the hub's file list); llama.cpp is given the first
+        models = [entry_of(f.hub_file()).files for f in files]
         if len(files) == 2 and not args.no_check:
-            verdict, fetched = check_remote_pair(hub_files[0], hub_files[1], cap_bytes=_header_cap(args))
+            verdict, fetched = check_remote_pair(models[0][0], models[1][0], cap_bytes=_header_cap(args))
             print(f"header check ({fetched / 1e6:.1f} MB read): "
                   + ("compatible" if verdict else f"incompatible: {verdict.reason}"), file=sys.stderr)
             if not verdict:
                 return EXIT_INCOMPATIBLE
-        paths = download_files(hub_files, progress=_progress_printer())
+        paths = download_files([part for parts in models for part in parts], progress=_progress_printer())
     except (DownloadError, GGUFError) as exc:
         print(file=sys.stderr)
         raise CliError(str(exc)) from None
     print(file=sys.stderr)
-    for f, path in zip(files, paths, strict=True):
-        _validated(f, path)
-        registry.add(path, source=f.ref)
-        print(path)
+    firsts = []
+    for f, parts in zip(files, models, strict=True):
+        mine, paths = paths[:len(parts)], paths[len(parts):]
+        for part, path in zip(parts, mine, strict=True):
+            _validated(part.ref, path)
+        registry.add(mine[0], source=f.ref)
+        firsts.append(mine[0])
+        print(mine[0])
     if registry.last_pair() is None:  # nothing used yet: what was just pulled is the default
-        registry.set_last_pair(paths[0], paths[1] if len(paths) > 1 else None)
+        registry.set_last_pair(firsts[0], firsts[1] if len(firsts) > 1 else None)
         print("default pair for 'specchat chat' and 'bench' until another is used: " + args.pair, file=sys.stderr)
     if not args.pair.endswith(".gguf"):
         print(f"ready: specchat chat --pair {args.pair} \"...\"", file=sys.stderr)
@@ -239,6 +246,105 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from specchat.models.hub_search import search_repos
+
+    try:
+        hits = search_repos(args.query, sort=args.sort, limit=args.limit)
+    except UserError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps([asdict(h) for h in hits], indent=1))
+        return 0
+    if not hits:
+        print(f"no GGUF repos on the hub match {args.query!r}")
+        return 0
+    width = max(len(h.repo_id) for h in hits)
+    print(f"{'repo':<{width}}  {'downloads':>10}  {'likes':>6}  {'updated':<10}  gated")
+    for h in hits:
+        print(f"{h.repo_id:<{width}}  {h.downloads:>10,}  {h.likes:>6,}  {h.updated or '?':<10}  {h.gated or '-'}")
+    return 0
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    from specchat.models.hub_search import entry_fit, gated_message, list_gguf_files
+
+    try:
+        listing = list_gguf_files(args.repo)
+    except UserError as exc:
+        raise CliError(str(exc)) from None
+    vram, ram = free_memory() if args.fit else (None, 0)
+    rows: list[dict[str, Any]] = []
+    for e in listing.entries:
+        fit = ""
+        if args.fit:
+            try:
+                fit = entry_fit(e, free_vram=vram, free_ram=ram, n_ctx=args.ctx).label
+            except UserError as exc:  # one file's header (gated, unreadable) does not stop the list
+                fit = f"unknown ({exc})"
+        rows.append({"quant": e.quant, "name": e.name, "size": e.size, "parts": len(e.files), "fit": fit,
+                     "files": [f.filename for f in e.files]})
+    if args.json:
+        print(json.dumps({"repo": listing.repo_id, "gated": listing.gated, "base_models": list(listing.base_models),
+                          "entries": rows, "notes": list(listing.notes)}, indent=1))
+        return 0
+    if listing.gated:
+        print("note: " + gated_message(listing.repo_id, listing.gated, has_token=_has_token()))
+    quant = None
+    for r in rows:
+        if r["quant"] != quant:
+            quant = r["quant"]
+            print(f"{quant}:")
+        parts = f"{r['parts']} parts" if r["parts"] > 1 else ""
+        print(f"  {r['name']:<60} {_gb(r['size']):>8}  {parts:<8} {r['fit']}".rstrip())
+    if not rows:
+        print(f"{listing.repo_id} has no GGUF model files")
+    for note in listing.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _has_token() -> bool:
+    from huggingface_hub import get_token
+
+    return get_token() is not None
+
+
+def cmd_drafts(args: argparse.Namespace) -> int:
+    from specchat.models.draft_finder import find_drafts, target_entry
+
+    pairs, problems = load_catalog_lenient(args.profile.user_catalog)
+    for problem in problems:
+        print(f"specchat: warning: {problem} (skipped)", file=sys.stderr)
+    local = Path(args.target).expanduser()
+    try:
+        on_disk = local.exists() or args.target.startswith((".", "/", "~"))
+        target = local if on_disk else target_entry(args.target)
+        found = find_drafts(target, catalog=pairs, limit_checks=args.checks,
+                            progress=lambda msg: print(f"  {msg}", file=sys.stderr))
+    except UserError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps([{"ref": c.entry.ref, "files": [f.filename for f in c.entry.files], "size": c.entry.size,
+                           "ratio": round(c.ratio, 2), "compatible": c.compatible, "reason": c.reason,
+                           "note": c.note, "source": c.source, "bytes_read": c.bytes_read} for c in found], indent=1))
+        return 0
+    good = [c for c in found if c.compatible]
+    print("Compatible drafts (best first):" if good else "No compatible draft found.")
+    for c in good:
+        print(f"  {c.entry.ref}  {_gb(c.entry.size)}, {c.ratio:.1f}x smaller ({c.source})"
+              + (f"; {c.note}" if c.note else ""))
+    refused = [c for c in found if not c.compatible]
+    if refused:
+        print("Refused:")
+    for c in refused:
+        print(f"  {c.entry.ref}  {c.ratio:.1f}x smaller ({c.source}): {c.reason}")
+    if good:
+        print(f"pull with: specchat models pull {good[0].entry.ref}", file=sys.stderr)
+    return 0
+
+
 def run_models(args: argparse.Namespace) -> int:
     return {"list": cmd_list, "pull": cmd_pull, "import": cmd_import, "check": cmd_check, "fit": cmd_fit,
-            "add": cmd_add, "rebuild": cmd_rebuild}[args.models_command](args)
+            "add": cmd_add, "rebuild": cmd_rebuild, "search": cmd_search, "files": cmd_files,
+            "drafts": cmd_drafts}[args.models_command](args)

@@ -35,7 +35,8 @@ from specchat.errors import UserError
 from specchat.profile import Profile
 
 from .compatibility import PairCompatibility, check_pair
-from .gguf_header import GGUFError, validate_file
+from .fit import SPLIT_NAME, read_split
+from .gguf_header import GGUFError
 
 REGISTRY_VERSION = 1
 LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
@@ -247,7 +248,7 @@ def salvage(raw: bytes) -> tuple[list[tuple[str, str]], dict | None]:
 
 def _record(path: Path, *, source: str, added: float) -> dict:
     """A model's record, read from the file now: GGUFError for a bad file, OSError when unreadable."""
-    header = validate_file(path)
+    header = read_split(path)[0]  # a split model: every part present, whole and of the set
     st = path.stat()
     return asdict(InstalledModel(
         path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
@@ -259,7 +260,12 @@ def _record(path: Path, *, source: str, added: float) -> dict:
 def _resolved(path: str | Path) -> str:
     """The absolute path a record is kept under; RegistryError for one no file can have."""
     try:
-        return str(Path(path).resolve())
+        resolved = Path(path).resolve()
+        if resolved.name != Path(path).name and SPLIT_NAME.match(Path(path).name):
+            # a part of a split model linked by name (the hub cache's snapshots/ -> blobs/<sha256>): llama.cpp
+            # finds the other parts by this name, so the link is kept and only its folder resolved
+            return str(Path(path).parent.resolve() / Path(path).name)
+        return str(resolved)
     except (ValueError, OSError, RuntimeError) as exc:  # ValueError: a NUL byte; a symlink loop: RuntimeError (3.11, 3.12) or OSError
         raise RegistryError(f"{str(path)!r}: not a usable file path ({exc})") from None
 
