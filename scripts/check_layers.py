@@ -42,6 +42,8 @@ UI_ALLOWED = (
     "specchat.models.catalog",
     "specchat.models.registry",
     "specchat.models.fit",
+    "specchat.models.hub_search",  # GGUFEntry, RepoFiles, RepoHit, gated_message: what the hub search shows
+    "specchat.models.draft_finder",  # DraftCandidate: what the draft finder shows
     "specchat.models.hub",
     "specchat.models.gguf_header",
     "specchat.models.compatibility",

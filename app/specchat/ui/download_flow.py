@@ -19,9 +19,8 @@ from specchat.models.compatibility import PairCompatibility
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadProgress, HubFile, human_bytes
 from specchat.models.registry import Registry, RegistryError
-from specchat.models.remote import check_remote_pair
 from specchat.workers.download import DownloadService
-from specchat.workers.hub_tasks import HubTasks
+from specchat.workers.hub_tasks import HubCalls, HubTasks
 
 
 @dataclass(frozen=True)
@@ -68,11 +67,7 @@ class DownloadFlow(QObject):
             return True
         target, draft = job.check
         self.message.emit(f"Checking that {job.name}'s draft shares the target's tokenizer (headers only)…")
-
-        def check(should_cancel) -> tuple[PairCompatibility, int]:  # noqa: ANN001 (the hub thread's cancel check)
-            return check_remote_pair(target, draft)
-
-        self._check = self.hub.submit(check)
+        self._check = HubCalls(self.hub).check_pair(target, draft)
         return True
 
     def cancel(self) -> None:

@@ -28,10 +28,10 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.models.catalog import CatalogPair
-from specchat.models.draft_finder import DraftCandidate, find_drafts, target_entry
+from specchat.models.draft_finder import DraftCandidate
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
-from specchat.workers.hub_tasks import HubTasks
+from specchat.workers.hub_tasks import HubCalls, HubTasks
 
 ROLE = Qt.ItemDataRole.UserRole
 SOURCE_TEXT = {"base_model": "base model tag", "organisation": "same organisation", "name": "name pattern",
@@ -109,13 +109,7 @@ class DraftFinderTab(QWidget):
         self.table.setRowCount(0)
         self.heading.setText(f"Drafts for <b>{html.escape(name)}</b>")
         self.status.setText("Gathering candidates of the same family and reading their headers (about 1 MiB each)…")
-        catalog = self.catalog
-
-        def task(should_cancel) -> tuple[GGUFEntry | Path, list[DraftCandidate]]:  # noqa: ANN001 (cancel check)
-            resolved = target if target is not None else target_entry(name)
-            return resolved, find_drafts(resolved, catalog=catalog, should_cancel=should_cancel)
-
-        self._task = self.hub.submit(task)
+        self._task = HubCalls(self.hub).find_drafts(target if target is not None else name, self.catalog)
         self._update_button()
 
     def _on_done(self, task: int, result: object) -> None:

@@ -32,12 +32,9 @@ from specchat.models.hub_search import (
     GGUFEntry,
     RepoFiles,
     RepoHit,
-    entry_fit,
     gated_message,
-    list_gguf_files,
-    search_repos,
 )
-from specchat.workers.hub_tasks import HubTasks, raise_if
+from specchat.workers.hub_tasks import HubCalls, HubTasks
 
 ROLE = Qt.ItemDataRole.UserRole
 SORT_TEXT = {"downloads": "Most downloaded", "likes": "Most liked", "updated": "Recently updated"}
@@ -73,6 +70,7 @@ class HubSearchTab(QWidget):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.hub = hub
+        self.calls = HubCalls(hub)
         self.free_vram, self.free_ram, self.has_token = free_vram, free_ram, has_token
         self._search: int | None = None
         self._listing: int | None = None
@@ -124,10 +122,7 @@ class HubSearchTab(QWidget):
         self.hub.cancel(self._search)
         self.status.setText(f"Searching the hub for “{query.strip()}”…" if query.strip() else "Listing GGUF repos…")
 
-        def task(should_cancel) -> list[RepoHit]:  # noqa: ANN001 (the hub thread's cancel check)
-            return search_repos(query, sort=sort, limit=50)
-
-        self._search = self.hub.submit(task)
+        self._search = self.calls.search(query, sort)
 
     def _show_hits(self, hits: list[RepoHit]) -> None:
         self.repos.setRowCount(len(hits))
@@ -158,11 +153,7 @@ class HubSearchTab(QWidget):
         self.files.setRowCount(0)
         self.files_of = None
         self.status.setText(f"Listing the GGUF files of {hit.repo_id}…")
-
-        def task(should_cancel) -> RepoFiles:  # noqa: ANN001
-            return list_gguf_files(hit.repo_id)
-
-        self._listing = self.hub.submit(task)
+        self._listing = self.calls.files(hit.repo_id)
         self._update_buttons()
 
     def _show_files(self, listing: RepoFiles) -> None:
@@ -175,7 +166,7 @@ class HubSearchTab(QWidget):
             self.files.setItem(row, 2, _cell(human_bytes(e.size) if e.size else "–"))
             self.files.setItem(row, 3, _cell(str(len(e.files))))
             self.files.setItem(row, 4, _cell("reading header…"))
-            self._fits[self.hub.submit(self._fit_task(e))] = row
+            self._fits[self.calls.fit(e, free_vram=self.free_vram, free_ram=self.free_ram)] = row
         lines = [f"{len(listing.entries)} GGUF models in {listing.repo_id}."]
         if listing.gated:
             lines.append(gated_message(listing.repo_id, listing.gated, self.has_token))
@@ -184,15 +175,6 @@ class HubSearchTab(QWidget):
         if listing.entries:
             self.files.selectRow(0)
         self._update_buttons()
-
-    def _fit_task(self, entry: GGUFEntry):  # noqa: ANN202 (a Task)
-        free_vram, free_ram = self.free_vram, self.free_ram
-
-        def task(should_cancel) -> FitVerdict:  # noqa: ANN001
-            raise_if(should_cancel)
-            return entry_fit(entry, free_vram=free_vram, free_ram=free_ram)
-
-        return task
 
     def _show_fit(self, row: int, text: str, tip: str) -> None:
         if row < self.files.rowCount():

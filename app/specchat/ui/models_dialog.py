@@ -26,14 +26,13 @@ from PySide6.QtWidgets import (
 
 from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
-from specchat.models.catalog_fit import catalog_fits
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
-from specchat.workers.hub_tasks import HubTasks
+from specchat.workers.hub_tasks import HubCalls, HubTasks
 
 from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
@@ -168,13 +167,9 @@ class ModelsDialog(QDialog):
         """Replace the size guesses of "On this machine" with the estimate from each pair's headers
         (installed files read locally; the others header-only on the hub, then cached in ``cache_dir``)."""
         pairs, free_vram, free_ram = self.pairs, self.free_vram, self.free_ram
-        installed = {m.source: Path(m.path) for m in self._installed_models() if m.source}
-
-        def task(should_cancel) -> dict[str, FitVerdict]:  # noqa: ANN001 (the hub thread's cancel check)
-            return catalog_fits(pairs, free_vram=free_vram, free_ram=free_ram, cache_dir=cache_dir,
-                                should_cancel=should_cancel, installed=installed)
-
-        self._fit_task = self.hub.submit(task)
+        installed = {m.source: Path(m.path) for m in self._installed_models() if m.source and m.is_current()}
+        self._fit_task = HubCalls(self.hub).catalog_fits(pairs, free_vram=free_vram, free_ram=free_ram,
+                                                         cache_dir=cache_dir, installed=installed)
 
     def _on_fits(self, task: int, result: object) -> None:
         if task != self._fit_task or not isinstance(result, dict):

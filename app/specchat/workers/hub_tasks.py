@@ -16,11 +16,19 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specchat.errors import UserError, one_line
+from specchat.models import catalog_fit
+from specchat.models.catalog import CatalogPair
+from specchat.models.draft_finder import DraftCandidate, find_drafts, target_entry
+from specchat.models.fit import FitVerdict
+from specchat.models.hub import HubFile
+from specchat.models.hub_search import GGUFEntry, entry_fit, list_gguf_files, search_repos
+from specchat.models.remote import check_remote_pair
 
 from .threads import end_thread, start_thread
 
@@ -136,3 +144,49 @@ def raise_if(should_cancel: Callable[[], bool]) -> None:
     """For tasks made of steps: stop between two of them once cancelled."""
     if should_cancel():
         raise TaskCancelled("cancelled")
+
+
+# -- the hub calls the Models dialog makes; the window never calls the network itself ------------------
+
+
+class HubCalls:
+    """The dialog's questions to the hub as tasks of :class:`HubTasks`; each returns the task id
+    whose ``done`` carries the answer (the type named) or whose ``failed`` carries one line."""
+
+    def __init__(self, tasks: HubTasks) -> None:
+        self.tasks = tasks
+
+    def search(self, query: str, sort: str, limit: int = 50) -> int:
+        """-> list[RepoHit]"""
+        return self.tasks.submit(lambda should_cancel: search_repos(query, sort=sort, limit=limit))
+
+    def files(self, repo_id: str) -> int:
+        """-> RepoFiles"""
+        return self.tasks.submit(lambda should_cancel: list_gguf_files(repo_id))
+
+    def fit(self, entry: GGUFEntry, *, free_vram: int | None, free_ram: int) -> int:
+        """-> FitVerdict, from the entry's headers"""
+        def task(should_cancel: Callable[[], bool]) -> FitVerdict:
+            raise_if(should_cancel)
+            return entry_fit(entry, free_vram=free_vram, free_ram=free_ram)
+
+        return self.tasks.submit(task)
+
+    def catalog_fits(self, pairs: list[CatalogPair], *, free_vram: int | None, free_ram: int, cache_dir: Path,
+                     installed: dict[str, Path]) -> int:
+        """-> dict[pair id, FitVerdict], from the pairs' headers (cached in ``cache_dir``)"""
+        return self.tasks.submit(lambda should_cancel: catalog_fit.catalog_fits(
+            pairs, free_vram=free_vram, free_ram=free_ram, cache_dir=cache_dir, should_cancel=should_cancel,
+            installed=installed))
+
+    def check_pair(self, target: HubFile, draft: HubFile) -> int:
+        """-> (PairCompatibility, bytes read), from the two headers"""
+        return self.tasks.submit(lambda should_cancel: check_remote_pair(target, draft))
+
+    def find_drafts(self, target: GGUFEntry | Path | str, catalog: list[CatalogPair]) -> int:
+        """-> (the target as an entry or path, list[DraftCandidate]); a str target is a hub reference"""
+        def task(should_cancel: Callable[[], bool]) -> tuple[GGUFEntry | Path, list[DraftCandidate]]:
+            resolved = target_entry(target) if isinstance(target, str) else target
+            return resolved, find_drafts(resolved, catalog=catalog, should_cancel=should_cancel)
+
+        return self.tasks.submit(task)
