@@ -131,7 +131,8 @@ SCHEMA: tuple[Setting, ...] = (
             0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while"),
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
             0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
-    Setting("theme", "Theme", "light", choices=("light", "dark")),
+    Setting("theme", "Theme", "system", choices=("system", "light", "dark"),
+            help="system follows the desktop's light or dark scheme as it changes"),
     Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,
             help="checking a pair on the hub reads only the GGUF headers (rarely over 10 MiB); a file whose "
                  "header needs more is refused. At most 5% of a file is read, but 16 MiB is always allowed"),

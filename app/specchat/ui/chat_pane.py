@@ -29,6 +29,7 @@ from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .message_widget import MessageWidget
 from .settings_dialogs import ChatSettingsDialog
+from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
     Phase.WAITING: "waiting for the answer in another chat to finish…",
@@ -113,6 +114,8 @@ class ChatPane(QWidget):
         answers.finished.connect(self._on_answer_finished)
         answers.queueChanged.connect(self.update_buttons)
         answers.notice.connect(self._on_notice)
+        self._notice_error = False
+        controller().changed.connect(self._style_notice)
 
     # -- which chat --------------------------------------------------------------------
 
@@ -249,7 +252,9 @@ class ChatPane(QWidget):
         if self._live is None:
             self._live = self.conversation.add("assistant")
         w = self._live
-        w.content, w.reasoning, w.segments = live.content, live.reasoning, list(live.segments)
+        # the live list itself, not a copy: it only grows, and the tinted view renders only what is new
+        w.content, w.reasoning, w.segments = live.content, live.reasoning, live.segments
+        w.streaming = True
         w.footer = LIVE_FOOTER[live.phase]
         self.conversation.mark_dirty(w)
 
@@ -278,6 +283,11 @@ class ChatPane(QWidget):
             self.show_notice(notice.text, error=notice.error)
 
     def show_notice(self, text: str, error: bool = False) -> None:
-        self.notice.setStyleSheet(f"color:{'#b00020' if error else '#8a5a00'}; padding:2px 8px;")
+        self._notice_error = error
+        self._style_notice(current())
         self.notice.setText(text)
         self.notice.setVisible(bool(text))
+
+    def _style_notice(self, theme: Theme) -> None:
+        colour = theme.error if self._notice_error else theme.warning
+        self.notice.setStyleSheet(f"color:{colour}; padding:2px 8px;")

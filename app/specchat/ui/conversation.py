@@ -1,7 +1,9 @@
 """The conversation pane: a column of message widgets; only the streaming one re-renders.
 
 Text arrives at token rate but is painted at frame rate: appends go into the
-widget's buffer and a timer refreshes it at most 15 times a second.
+widget's buffer and a timer refreshes it at most 15 times a second; the widget
+re-renders only the block being written (see :mod:`.markdown`).  A theme change
+restyles every message.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from .message_widget import MessageWidget
+from .theme import Theme, controller
 
 REPAINT_MS = 66
 
@@ -33,6 +36,12 @@ class ConversationView(QScrollArea):
         self._timer.timeout.connect(self._repaint)
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._stick = True
+        controller().changed.connect(self.set_theme)
+
+    def set_theme(self, theme: Theme) -> None:
+        """Every message again in ``theme`` (once per change, not per frame)."""
+        for w in self.messages:
+            w.set_theme(theme)
 
     def clear(self) -> None:
         for w in self.messages:

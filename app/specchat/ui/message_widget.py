@@ -1,104 +1,234 @@
-"""One message in the conversation: markdown answer, collapsible reasoning, footer, copy."""
+"""One message in the conversation: markdown answer, collapsible reasoning, footer, copy.
+
+The answer is a column of labels, one per finished markdown block (rendered once, see
+:mod:`.markdown`) and one for the growing tail, so an update costs what the block being
+written costs, whatever the answer's length.  Text can be selected within a block;
+"Copy" under the answer copies all of it.
+"""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
-from .markdown import render
+from .markdown import Block, MarkdownStream, RunStream, Update
+from .theme import Theme, current
 
-ROLE_STYLE = {
-    "user": "background:#e8f0fe; border-radius:8px;",
-    "assistant": "background:#ffffff; border:1px solid #e3e3e3; border-radius:8px;",
-    "system": "background:#fff8e1; border-radius:8px;",
-}
-DRAFT_TINT = "#d9f2d9"  # accepted draft tokens
+BLOCK_SPACING = 6  # px between blocks: a paragraph's gap inside one label looks the same
+
+
+def _label() -> QLabel:
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.RichText)
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+    label.setOpenExternalLinks(False)
+    return label
+
+
+def _constant(codes: Sequence[str]) -> Callable[[], Sequence[str]]:
+    return lambda: codes
+
+
+class BlockColumn(QWidget):
+    """Labels for finished blocks (made once each) above one label for the tail."""
+
+    linkActivated = Signal(str)  # a link that is not a code block's copy link
+    codeCopied = Signal(str)  # the code of the block whose copy link was clicked
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(BLOCK_SPACING)
+        self.blocks: list[Block] = []
+        self.tail: Block | None = None
+        self._labels: list[QLabel] = []
+        self._css = ""
+        self._tail = self._make(lambda: self.tail.codes if self.tail else ())
+        self._layout.addWidget(self._tail)
+
+    def _make(self, codes: Callable[[], Sequence[str]]) -> QLabel:
+        label = _label()
+        label.setStyleSheet(self._css)
+        label.linkActivated.connect(lambda href: self._on_link(href, codes()))
+        return label
+
+    def apply(self, update: Update, placeholder: str = "") -> None:
+        if update.reset:
+            self.clear()
+        for block in update.finished:
+            label = self._make(_constant(block.codes))
+            label.setText(block.html)
+            self._layout.insertWidget(len(self._labels), label)
+            self._labels.append(label)
+            self.blocks.append(block)
+        self.tail = update.tail
+        text = update.tail.html if update.tail else ("" if self.blocks else placeholder)
+        self._tail.setText(text)
+        self._tail.setVisible(bool(text))
+
+    def clear(self) -> None:
+        for label in self._labels:
+            label.setParent(None)
+            label.deleteLater()
+        self._labels.clear()
+        self.blocks.clear()
+        self.tail = None
+
+    def set_text_css(self, css: str) -> None:
+        """A style sheet for every label (the reasoning's muted colour)."""
+        self._css = css
+        for label in (*self._labels, self._tail):
+            label.setStyleSheet(css)
+
+    def text(self) -> str:
+        """The HTML shown, all blocks in order (the tail's last)."""
+        return "".join(b.html for b in self.blocks) + (self.tail.html if self.tail else "")
+
+    def codes(self) -> list[str]:
+        return [c for b in (*self.blocks, *([self.tail] if self.tail else [])) for c in b.codes]
+
+    def labels(self) -> list[QLabel]:
+        return [*self._labels, self._tail]
+
+    def _on_link(self, href: str, codes: Sequence[str]) -> None:
+        if href.startswith("copy:"):
+            index = href[len("copy:"):]
+            # an answer can hold a link to "copy:…" of its own: only our numbers copy anything
+            if index.isdigit() and int(index) < len(codes):
+                self.codeCopied.emit(codes[int(index)])
+            return
+        self.linkActivated.emit(href)
 
 
 class MessageWidget(QFrame):
-    """Shows one message; the streaming one is updated in place (only it re-renders)."""
+    """Shows one message; the streaming one is updated in place (only its tail re-renders)."""
 
     copyRequested = Signal(str)
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", footer: str = "",
-                 parent=None) -> None:
+                 parent=None, theme: Theme | None = None) -> None:
         super().__init__(parent)
         self.role = role
         self.content = content
         self.reasoning = reasoning
         self.footer = footer
+        self.streaming = False  # set while the answer streams: its last line may be partial
         self.reasoning_open = False  # collapsed by default
         self.segments: list[tuple[str, bool]] = []  # (text, from an accepted draft) for the tinted view
         self.tint = False
-        self._codes: list[str] = []
+        self.theme = theme or current()
         self.setObjectName(f"message-{role}")
-        self.setStyleSheet(f"#message-{role} {{ {ROLE_STYLE.get(role, '')} }}")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
-        self.reasoning_label = QLabel()
-        self.reasoning_label.setTextFormat(Qt.TextFormat.RichText)
-        self.reasoning_label.setWordWrap(True)
-        self.reasoning_label.linkActivated.connect(self._on_link)
-        self.body = QLabel()
-        self.body.setTextFormat(Qt.TextFormat.RichText)
-        self.body.setWordWrap(True)
-        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        self.body.linkActivated.connect(self._on_link)
-        self.footer_label = QLabel()
-        self.footer_label.setStyleSheet("color:#777; font-size:11px;")
-        self.footer_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.reasoning_toggle = _label()
+        self.reasoning_toggle.linkActivated.connect(self._on_link)
+        self.reasoning_view = BlockColumn()
+        self.markdown_view = BlockColumn()
+        self.tint_view = BlockColumn()
+        for column in (self.reasoning_view, self.markdown_view, self.tint_view):
+            column.linkActivated.connect(self._on_link)
+            column.codeCopied.connect(self._copy)
+        self.footer_label = _label()
         self.footer_label.linkActivated.connect(self._on_link)
-        for w in (self.reasoning_label, self.body, self.footer_label):
+        for w in (self.reasoning_toggle, self.reasoning_view, self.markdown_view, self.tint_view, self.footer_label):
             layout.addWidget(w)
+        self._reasoning_runs: list[tuple[str, bool]] = [("", False)]  # one run, replaced as it grows
+        self._words = (0, 0)  # words counted in the reasoning, up to this character
+        self._restyle()
         self.refresh()
 
     # -- content ------------------------------------------------------------------
 
+    @property
+    def body(self) -> BlockColumn:
+        """The answer as shown: markdown, or the draft-tinted text."""
+        return self.tint_view if self.tint and self.segments else self.markdown_view
+
     def set_content(self, content: str, reasoning: str = "", footer: str | None = None) -> None:
-        self.content, self.reasoning = content, reasoning
+        """The finished message (its last line is whole)."""
+        self.content, self.reasoning, self.streaming = content, reasoning, False
         if footer is not None:
             self.footer = footer
         self.refresh()
 
     def refresh(self) -> None:
-        if self.tint and self.segments:
-            body = "".join(
-                f"<span style='background:{DRAFT_TINT}'>{_plain(t)}</span>" if d else _plain(t)
-                for t, d in self.segments
-            )
-            self._codes = []
+        tinted = self.tint and bool(self.segments)
+        if tinted:
+            self.tint_view.apply(self._tint.update(self.segments), self._placeholder())
         else:
-            body, self._codes = render(self.content) if self.content else ("", [])
-        self.body.setText(body or "<i style='color:#999'>…</i>")
-        if self.reasoning:
-            words = len(self.reasoning.split())
-            if self.reasoning_open:
-                text = (f"<a href='think'>▾ Hide reasoning</a><div style='color:#666; margin-left:8px'>"
-                        f"{_plain(self.reasoning)}</div>")
-            else:
-                text = f"<a href='think'>▸ Show reasoning ({words} words)</a>"
-            self.reasoning_label.setText(text)
-        self.reasoning_label.setVisible(bool(self.reasoning))
+            self.markdown_view.apply(self._markdown.update(self.content, final=not self.streaming),
+                                     self._placeholder())
+        self.tint_view.setVisible(tinted)
+        self.markdown_view.setVisible(not tinted)
+        self._refresh_reasoning()
         links = "" if not self.content else " · <a href='copyall'>Copy</a>"
         self.footer_label.setText(html.escape(self.footer) + links if self.role != "system" else "")
         self.footer_label.setVisible(self.role != "system")
 
+    def _placeholder(self) -> str:
+        return f"<i style='color:{self.theme.muted}'>…</i>"
+
+    def _refresh_reasoning(self) -> None:
+        self.reasoning_toggle.setVisible(bool(self.reasoning))
+        self.reasoning_view.setVisible(bool(self.reasoning) and self.reasoning_open)
+        if not self.reasoning:
+            return
+        if self.reasoning_open:
+            self.reasoning_toggle.setText("<a href='think'>▾ Hide reasoning</a>")
+            self._reasoning_runs[0] = (self.reasoning, False)
+            self.reasoning_view.apply(self._thoughts.update(self._reasoning_runs))
+        else:
+            self.reasoning_toggle.setText(f"<a href='think'>▸ Show reasoning ({self._word_count()} words)</a>")
+
+    def _word_count(self) -> int:
+        """Words in the reasoning, counted on from where the last count stopped (a space)."""
+        text = self.reasoning
+        upto, n = self._words
+        if upto > len(text) or (upto and not text[upto - 1].isspace()):
+            upto, n = 0, 0  # replaced, not extended
+        end = max(text.rfind(" ", upto), text.rfind("\n", upto)) + 1
+        if end > upto:
+            n += len(text[upto:end].split())
+            upto = end
+        self._words = (upto, n)
+        return n + (1 if text[upto:].strip() else 0)
+
+    # -- theme ------------------------------------------------------------------------
+
+    def set_theme(self, theme: Theme) -> None:
+        """Restyle and render everything again in ``theme`` (colours live in the rendered HTML)."""
+        self.theme = theme
+        self._restyle()
+        self.refresh()
+
+    def _restyle(self) -> None:
+        t = self.theme
+        border = f"border:1px solid {t.bubble_border};" if self.role == "assistant" else ""
+        self.setStyleSheet(f"#message-{self.role} {{ background:{t.bubbles.get(self.role, t.bubble_assistant)};"
+                           f" {border} border-radius:8px; }}")
+        self.footer_label.setStyleSheet(f"color:{t.muted}; font-size:11px;")
+        self.reasoning_view.set_text_css(f"color:{t.muted}; margin-left:8px;")
+        self._markdown = MarkdownStream(t)
+        self._tint = RunStream(f"background:{t.draft_tint}")
+        self._thoughts = RunStream()
+        for column in (self.markdown_view, self.tint_view, self.reasoning_view):
+            column.clear()
+
+    # -- links --------------------------------------------------------------------------
+
     def _on_link(self, href: str) -> None:
         if href == "think":
             self.reasoning_open = not self.reasoning_open
-            self.refresh()
+            self._refresh_reasoning()
         elif href == "copyall":
             self._copy(self.content)
-        elif href.startswith("copy:"):
-            self._copy(self._codes[int(href[5:])])
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
         self.copyRequested.emit(text)
-
-
-def _plain(text: str) -> str:
-    return html.escape(text).replace("\n", "<br>")

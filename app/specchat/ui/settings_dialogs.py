@@ -39,6 +39,7 @@ from specchat.remote.llama_server import find_llama_server, server_help
 from specchat.store import ChatSettings
 
 from .chat_header import SPECULATION
+from .theme import current
 
 LOCAL = "Local (this machine)"
 SERVER_DECIDES = "the server decides its draft model and speculation"
@@ -99,7 +100,7 @@ class SettingsDialog(QDialog):
             self.fields[s.key] = w
             form.addRow(s.label, w)
         self.error = QLabel()
-        self.error.setStyleSheet("color:#b00020")
+        self.error.setStyleSheet(f"color:{current().error}")
         form.addRow(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.save)

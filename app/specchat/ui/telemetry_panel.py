@@ -34,6 +34,8 @@ from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
 
+from .theme import Theme, controller, current
+
 if TYPE_CHECKING:
     from specchat.remote.client import Capabilities
     from specchat.workers.generation import PairInfo
@@ -50,9 +52,20 @@ def _fmt(v: float | None, spec: str, none: str = "–") -> str:
     return none if v is None else format(v, spec)
 
 
-def _title(*parts: str | tuple[str, str]) -> str:
-    """A plot title whose coloured words are the legend (a LegendItem costs a paint of its own)."""
-    return " ".join(p if isinstance(p, str) else f'<span style="color:{p[1]}">{p[0]}</span>' for p in parts)
+def _title(theme: Theme, *parts: str | tuple[str, str]) -> str:
+    """A plot title whose coloured words are the legend (a LegendItem costs a paint of its own);
+    a part (word, curve) takes the curve's colour in ``theme``."""
+    return " ".join(p if isinstance(p, str) else f'<span style="color:{theme.curve(p[1])}">{p[0]}</span>'
+                    for p in parts)
+
+
+# (curve attribute, its colour in the theme, pen width) and the dashed or dotted lines: styled by
+# TelemetryPanel.set_theme on the items made once, so a theme change adds no item
+_PENS = (("c_speed", "speed", 1), ("c_smooth", "smooth", 2), ("c_tok_acc", "token", 2), ("c_seq_acc", "sequence", 2),
+         ("c_k", "k", 1), ("c_draft", "draft", 1), ("c_verify", "verify", 1), ("c_total", "overhead", 1),
+         ("c_rss", "rss", 2), ("c_vram", "vram", 2), ("c_pvram", "pvram", 1))
+_LINES = (("plain_line", "plain", Qt.PenStyle.DashLine), ("tok_rail", "token", Qt.PenStyle.DotLine),
+          ("seq_rail", "sequence", Qt.PenStyle.DotLine))
 
 
 def nice_ceiling(v: float) -> float:
@@ -122,7 +135,8 @@ class TelemetryPanel(QDockWidget):
         self.backend_notes.setTextFormat(Qt.TextFormat.RichText)
         self.backend_notes.hide()
         v.addWidget(self.backend_notes)
-        pg.setConfigOptions(antialias=False, background="w", foreground="k")
+        theme = current()
+        pg.setConfigOptions(antialias=False, background=theme.plot_bg, foreground=theme.plot_fg)
         self.plots = _TimedPlots()
         self.plots.setMinimumWidth(440)
         v.addWidget(self.plots, 1)
@@ -144,6 +158,8 @@ class TelemetryPanel(QDockWidget):
         v.addLayout(row)
         self.setWidget(body)
         self._build_plots()
+        self.set_theme(theme)
+        controller().changed.connect(self.set_theme)
         self._timer = QTimer(self, interval=REPAINT_MS)
         self._timer.timeout.connect(self._frame)
         self._timer.start()
@@ -154,8 +170,9 @@ class TelemetryPanel(QDockWidget):
 
     # -- plots, made once ---------------------------------------------------------------
 
-    def _plot(self, row: int, title: str, y_label: str) -> pg.PlotItem:
-        p = self.plots.addPlot(row=row, col=0, title=title, size="9pt")
+    def _plot(self, row: int, y_label: str) -> pg.PlotItem:
+        """A plot made once; its title (the legend) and colours come from set_theme."""
+        p = self.plots.addPlot(row=row, col=0)
         p.setLabel("left", y_label)
         # a fixed axis width: ticks that grow a digit would otherwise re-lay out and repaint all plots
         p.getAxis("left").setWidth(52)
@@ -184,43 +201,44 @@ class TelemetryPanel(QDockWidget):
 
     def _build_plots(self) -> None:
         self._ranges: dict[int, tuple] = {}
-        self.p_speed = self._plot(0, _title("tok/s:", ("per round", "#9ab"), ("smoothed", "#1565c0"),
-                                                   ("plain", "#c62828")), "tok/s")
-        self.c_speed = self.p_speed.plot(pen=pg.mkPen("#9ab", width=1), name="per round")
-        self.c_smooth = self.p_speed.plot(pen=pg.mkPen("#1565c0", width=2), name="smoothed")
-        self.plain_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#c62828", style=Qt.PenStyle.DashLine),
-                                          label="plain", labelOpts={"position": 0.05})
+        gpu = self.sampler.description != NO_GPU
+        self._titles = (
+            ("tok/s:", ("per round", "speed"), ("smoothed", "smooth"), ("plain", "plain")),
+            ("acceptance:", ("token", "token"), ("sequence", "sequence"), "· dotted: fallback"),
+            ("draft length K ·", ("fallback", "fallback"), "(hover)"),
+            ("per round:", ("draft", "draft"), ("+ verify", "verify"), ("+ overhead", "overhead")),
+            ("memory:", ("RSS", "rss"), ("VRAM GPU 0", "vram"), ("this process", "pvram")) if gpu
+            else ("memory:", ("process RSS", "rss"), "(no NVIDIA GPU)"),
+        )
+        self.p_speed = self._plot(0, "tok/s")
+        self.c_speed = self.p_speed.plot(name="per round")
+        self.c_smooth = self.p_speed.plot(name="smoothed")
+        self.plain_line = pg.InfiniteLine(angle=0, label="plain", labelOpts={"position": 0.05})
         self.plain_line.hide()
         self.p_speed.addItem(self.plain_line)
 
-        self.p_acc = self._plot(1, _title("acceptance:", ("token", "#2e7d32"), ("sequence", "#ef6c00"),
-                                                 "· dotted: fallback"), "share")
-        self.c_tok_acc = self.p_acc.plot(pen=pg.mkPen("#2e7d32", width=2), name="token")
-        self.c_seq_acc = self.p_acc.plot(pen=pg.mkPen("#ef6c00", width=2), name="sequence")
-        self.tok_rail = pg.InfiniteLine(angle=0, pen=pg.mkPen("#2e7d32", style=Qt.PenStyle.DotLine))
-        self.seq_rail = pg.InfiniteLine(angle=0, pen=pg.mkPen("#ef6c00", style=Qt.PenStyle.DotLine))
+        self.p_acc = self._plot(1, "share")
+        self.c_tok_acc = self.p_acc.plot(name="token")
+        self.c_seq_acc = self.p_acc.plot(name="sequence")
+        self.tok_rail = pg.InfiniteLine(angle=0)
+        self.seq_rail = pg.InfiniteLine(angle=0)
         self.p_acc.addItem(self.tok_rail)
         self.p_acc.addItem(self.seq_rail)
 
-        self.p_k = self._plot(2, _title("draft length K ·", ("fallback", "#c62828"), "(hover)"), "K")
-        self.c_k = self.p_k.plot(pen=pg.mkPen("#6a1b9a", width=1), stepMode=None)
-        self.s_fallback = pg.ScatterPlotItem(size=10, brush=pg.mkBrush("#c62828"), hoverable=True,
-                                             tip=lambda x, y, data: str(data))
+        self.p_k = self._plot(2, "K")
+        self.c_k = self.p_k.plot(stepMode=None)
+        self.s_fallback = pg.ScatterPlotItem(size=10, hoverable=True, tip=lambda x, y, data: str(data))
         self.p_k.addItem(self.s_fallback)
 
-        self.p_time = self._plot(3, _title("per round:", ("draft", "#8e24aa"), ("+ verify", "#1e88e5"),
-                                                  ("+ overhead", "#757575")), "ms")
-        self.c_draft = self.p_time.plot(pen=pg.mkPen("#8e24aa"), fillLevel=0, brush=pg.mkBrush(142, 36, 170, 90))
-        self.c_verify = self.p_time.plot(pen=pg.mkPen("#1e88e5"))
-        self.c_total = self.p_time.plot(pen=pg.mkPen("#757575"))
+        self.p_time = self._plot(3, "ms")
+        self.c_draft = self.p_time.plot(fillLevel=0)
+        self.c_verify = self.p_time.plot()
+        self.c_total = self.p_time.plot()
 
-        gpu = self.sampler.description != NO_GPU
-        self.p_mem = self._plot(4, _title("memory:", ("RSS", "#455a64"), ("VRAM GPU 0", "#d81b60"),
-                                          ("this process", "#f48fb1")) if gpu
-                                else _title("memory:", ("process RSS", "#455a64"), "(no NVIDIA GPU)"), "GiB")
-        self.c_rss = self.p_mem.plot(pen=pg.mkPen("#455a64", width=2), name="process RSS")
-        self.c_vram = self.p_mem.plot(pen=pg.mkPen("#d81b60", width=2), name="VRAM used (GPU 0)")
-        self.c_pvram = self.p_mem.plot(pen=pg.mkPen("#f48fb1", width=1), name="VRAM, this process")
+        self.p_mem = self._plot(4, "GiB")
+        self.c_rss = self.p_mem.plot(name="process RSS")
+        self.c_vram = self.p_mem.plot(name="VRAM used (GPU 0)")
+        self.c_pvram = self.p_mem.plot(name="VRAM, this process")
         # the four round plots share one x axis (rounds), drawn once under the lowest of them
         for p in (self.p_speed, self.p_acc, self.p_k):
             p.hideAxis("bottom")
@@ -233,6 +251,26 @@ class TelemetryPanel(QDockWidget):
                         self._paint_memory]
         self._painted: list[object] = [None] * len(self._groups)  # what each plot last showed
         self._next = 0
+
+    def set_theme(self, theme: Theme) -> None:
+        """Colour the plots made once (background, axes, titles, curves) for ``theme``; adds no item."""
+        self.plots.setBackground(theme.plot_bg)
+        plots = (self.p_speed, self.p_acc, self.p_k, self.p_time, self.p_mem)
+        for plot, parts in zip(plots, self._titles, strict=True):
+            plot.setTitle(_title(theme, *parts), color=theme.plot_fg, size="9pt")
+            for side in ("left", "bottom"):
+                plot.getAxis(side).setPen(theme.plot_fg)
+                plot.getAxis(side).setTextPen(theme.plot_fg)
+        for attr, key, width in _PENS:
+            getattr(self, attr).setPen(pg.mkPen(theme.curve(key), width=width))
+        for attr, key, style in _LINES:
+            getattr(self, attr).setPen(pg.mkPen(theme.curve(key), style=style))
+        self.plain_line.label.setColor(theme.curve("plain"))
+        self.s_fallback.setBrush(pg.mkBrush(theme.curve("fallback")))
+        fill = pg.mkColor(theme.curve("draft"))
+        fill.setAlpha(90)
+        self.c_draft.setBrush(pg.mkBrush(fill))
+        self._painted = [None] * len(self._groups)  # repaint every plot with the new colours
 
     # -- painting --------------------------------------------------------------------------
 

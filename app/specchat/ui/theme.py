@@ -1,28 +1,252 @@
-"""Light and dark themes: Qt's Fusion style with a palette (the message bubbles keep their own colours)."""
+"""Light and dark themes: every colour the window draws, derived in this one place.
+
+A :class:`Theme` is plain data: the Qt palette's colours, the message bubbles, the code
+blocks (with a Pygments style whose token colours are made readable on the code
+background), the plots.  The setting is "system" (follow the desktop's light or dark
+scheme, and its changes), "light" or "dark".  :func:`controller` owns the app's one
+choice and says when the theme in force changes; widgets take their colours from
+:func:`current` when made and restyle on :attr:`ThemeController.changed`.
+
+Text contrast is WCAG's (relative luminance); every text colour here is at least
+:data:`MIN_CONTRAST` on the surface it is drawn on (tests/ui/test_theme_contrast.py).
+"""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QPalette
+from dataclasses import dataclass
+from functools import cache
+
+from pygments.styles import get_style_by_name
+from pygments.token import Token, _TokenType
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+MIN_CONTRAST = 4.5  # WCAG AA for body text
+SETTINGS = ("system", "light", "dark")
 
-def apply_theme(name: str) -> None:
-    app = QApplication.instance()
-    if not isinstance(app, QApplication):  # none yet, or a core application (no widgets, no style)
-        return
-    app.setStyle("Fusion")
-    if name != "dark":
-        app.setPalette(app.style().standardPalette())
-        return
+
+@dataclass(frozen=True, slots=True)
+class Theme:
+    name: str
+    dark: bool
+    # the Qt palette
+    window: str
+    base: str
+    text: str
+    button: str
+    highlight: str
+    link: str
+    placeholder: str
+    # the conversation
+    bubble_user: str
+    bubble_assistant: str
+    bubble_system: str
+    bubble_border: str
+    muted: str  # footers, the reasoning, a code block's language
+    draft_tint: str  # behind text from accepted draft tokens
+    code_bg: str
+    code_border: str
+    code_text: str
+    pygments_style: str
+    warning: str  # notices, on the window
+    error: str
+    # the telemetry plots: background, axes and their text, one colour per curve (its legend word too)
+    plot_bg: str
+    plot_fg: str
+    curves: tuple[tuple[str, str], ...]
+
+    def curve(self, key: str) -> str:
+        return dict(self.curves)[key]
+
+    @property
+    def bubbles(self) -> dict[str, str]:
+        return {"user": self.bubble_user, "assistant": self.bubble_assistant, "system": self.bubble_system}
+
+
+LIGHT = Theme(
+    name="light", dark=False,
+    window="#efefef", base="#ffffff", text="#1e1e1e", button="#efefef", highlight="#3d6ea8",
+    link="#0b57d0", placeholder="#6b6b6b",
+    bubble_user="#e8f0fe", bubble_assistant="#ffffff", bubble_system="#fff8e1", bubble_border="#d6d6d6",
+    muted="#5a5f66", draft_tint="#d4f0d4", code_bg="#f6f8fa", code_border="#d0d7de", code_text="#1e1e1e",
+    pygments_style="default", warning="#7a4f00", error="#b00020",
+    plot_bg="#ffffff", plot_fg="#333333",
+    curves=(("speed", "#5c7385"), ("smooth", "#1565c0"), ("plain", "#c62828"), ("token", "#2e7d32"),
+            ("sequence", "#b34700"), ("k", "#6a1b9a"), ("fallback", "#c62828"), ("draft", "#8e24aa"),
+            ("verify", "#1565c0"), ("overhead", "#616161"), ("rss", "#455a64"), ("vram", "#c2185b"),
+            ("pvram", "#ad1457")),
+)
+
+DARK = Theme(
+    name="dark", dark=True,
+    window="#2b2b2b", base="#1f1f1f", text="#e6e6e6", button="#353535", highlight="#3d6ea8",
+    link="#8ab4f8", placeholder="#a0a0a0",
+    # the old dark theme kept white bubbles with light-grey text (1.2:1): bubbles are dark surfaces now
+    bubble_user="#1e3252", bubble_assistant="#242424", bubble_system="#3a3020", bubble_border="#3c3c3c",
+    muted="#ababab", draft_tint="#1f4d2a", code_bg="#161b22", code_border="#30363d", code_text="#e6edf3",
+    pygments_style="github-dark", warning="#f0b44c", error="#ff8a80",
+    plot_bg="#1e1e1e", plot_fg="#d0d0d0",
+    curves=(("speed", "#8fa3b3"), ("smooth", "#64b5f6"), ("plain", "#ef7a7a"), ("token", "#81c784"),
+            ("sequence", "#ffb74d"), ("k", "#ce93d8"), ("fallback", "#ef7a7a"), ("draft", "#ce93d8"),
+            ("verify", "#64b5f6"), ("overhead", "#bdbdbd"), ("rss", "#b0bec5"), ("vram", "#f48fb1"),
+            ("pvram", "#f8bbd0")),
+)
+
+THEMES = {"light": LIGHT, "dark": DARK}
+
+
+# -- contrast -------------------------------------------------------------------------------
+
+def luminance(colour: str) -> float:
+    """WCAG relative luminance of '#rrggbb' (or '#rgb')."""
+    c = QColor(colour)
+    if not c.isValid():
+        raise ValueError(f"not a colour: {colour!r}")
+
+    def lin(v: float) -> float:
+        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * lin(c.redF()) + 0.7152 * lin(c.greenF()) + 0.0722 * lin(c.blueF())
+
+
+def contrast(fg: str, bg: str) -> float:
+    """WCAG contrast ratio, 1 to 21."""
+    hi, lo = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def readable(colour: str, bg: str, minimum: float = MIN_CONTRAST) -> str:
+    """``colour``, or the nearest mix of it toward black or white that reaches ``minimum`` on ``bg``."""
+    if contrast(colour, bg) >= minimum:
+        return colour
+    c = QColor(colour)
+    toward = QColor("#ffffff") if luminance(bg) < 0.18 else QColor("#000000")
+    for step in range(1, 21):
+        t = step / 20
+        mixed = QColor.fromRgbF(c.redF() + (toward.redF() - c.redF()) * t,
+                                c.greenF() + (toward.greenF() - c.greenF()) * t,
+                                c.blueF() + (toward.blueF() - c.blueF()) * t).name()
+        if contrast(mixed, bg) >= minimum:
+            return mixed
+    return toward.name()
+
+
+# -- code colours ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TokenStyle:
+    color: str
+    bold: bool
+    italic: bool
+
+    def css(self) -> str:
+        return (f"color:{self.color}" + (";font-weight:bold" if self.bold else "")
+                + (";font-style:italic" if self.italic else ""))
+
+
+@cache
+def token_styles(style_name: str, code_bg: str, code_text: str) -> dict[_TokenType, TokenStyle]:
+    """Each token type's style from the Pygments style, its colour made readable on ``code_bg``.
+
+    Pygments' own styles miss 4.5:1 here and there (measured on these backgrounds: 'default'
+    whitespace 1.8:1, 'github-dark' 3.8:1), so each colour is mixed toward the text until it reads.
+    """
+    style = get_style_by_name(style_name)
+    out: dict[_TokenType, TokenStyle] = {}
+    for ttype, s in style:
+        colour = f"#{s['color']}" if s["color"] else code_text
+        out[ttype] = TokenStyle(readable(colour, code_bg), bool(s["bold"]), bool(s["italic"]))
+    out.setdefault(Token, TokenStyle(code_text, False, False))
+    return out
+
+
+# -- the theme in force -------------------------------------------------------------------------
+
+def resolve(setting: str, scheme: Qt.ColorScheme) -> Theme:
+    """The theme a setting means under the system's colour scheme (unknown schemes are light)."""
+    if setting == "system":
+        return DARK if scheme == Qt.ColorScheme.Dark else LIGHT
+    return THEMES.get(setting, LIGHT)
+
+
+def palette(theme: Theme) -> QPalette:
     p = QPalette()
     for role, colour in (
-        (QPalette.ColorRole.Window, "#2b2b2b"), (QPalette.ColorRole.WindowText, "#e6e6e6"),
-        (QPalette.ColorRole.Base, "#1f1f1f"), (QPalette.ColorRole.AlternateBase, "#2b2b2b"),
-        (QPalette.ColorRole.Text, "#e6e6e6"), (QPalette.ColorRole.Button, "#353535"),
-        (QPalette.ColorRole.ButtonText, "#e6e6e6"), (QPalette.ColorRole.Highlight, "#3d6ea8"),
-        (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.Link, "#8ab4f8"),
-        (QPalette.ColorRole.ToolTipBase, "#353535"), (QPalette.ColorRole.ToolTipText, "#e6e6e6"),
-        (QPalette.ColorRole.PlaceholderText, "#9a9a9a"),
+        (QPalette.ColorRole.Window, theme.window), (QPalette.ColorRole.WindowText, theme.text),
+        (QPalette.ColorRole.Base, theme.base), (QPalette.ColorRole.AlternateBase, theme.window),
+        (QPalette.ColorRole.Text, theme.text), (QPalette.ColorRole.Button, theme.button),
+        (QPalette.ColorRole.ButtonText, theme.text), (QPalette.ColorRole.Highlight, theme.highlight),
+        (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.Link, theme.link),
+        (QPalette.ColorRole.LinkVisited, theme.link),
+        (QPalette.ColorRole.ToolTipBase, theme.button), (QPalette.ColorRole.ToolTipText, theme.text),
+        (QPalette.ColorRole.PlaceholderText, theme.placeholder), (QPalette.ColorRole.BrightText, "#ffffff"),
     ):
         p.setColor(role, QColor(colour))
-    app.setPalette(p)
+    for role, colour in ((QPalette.ColorRole.WindowText, theme.placeholder),
+                         (QPalette.ColorRole.Text, theme.placeholder),
+                         (QPalette.ColorRole.ButtonText, theme.placeholder)):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(colour))
+    return p
+
+
+class ThemeController(QObject):
+    """The app's theme setting and the theme in force; ``changed(Theme)`` when the latter changes."""
+
+    changed = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.setting = "system"
+        self.theme = LIGHT
+        hints = QGuiApplication.styleHints() if QGuiApplication.instance() is not None else None
+        if hints is not None:
+            hints.colorSchemeChanged.connect(self._on_scheme)
+
+    def set_setting(self, setting: str) -> Theme:
+        """Use "system", "light" or "dark" (anything else reads as "system") from now on."""
+        self.setting = setting if setting in SETTINGS else "system"
+        hints = QGuiApplication.styleHints() if QGuiApplication.instance() is not None else None
+        scheme = hints.colorScheme() if hints is not None else Qt.ColorScheme.Unknown
+        self._use(resolve(self.setting, scheme))
+        return self.theme
+
+    def _on_scheme(self, scheme: Qt.ColorScheme) -> None:
+        if self.setting == "system":
+            self._use(resolve("system", scheme))
+
+    def _use(self, theme: Theme) -> None:
+        app = QApplication.instance()
+        if isinstance(app, QApplication):  # a core application has no style or palette
+            app.setStyle("Fusion")
+            app.setPalette(palette(theme))
+        if theme != self.theme:
+            self.theme = theme
+            self.changed.emit(theme)
+
+
+_controller: ThemeController | None = None
+
+
+def controller() -> ThemeController:
+    """The app's one theme controller (made on first use, owned by the application object)."""
+    global _controller
+    app = QGuiApplication.instance()
+    try:
+        stale = _controller is None or (app is not None and _controller.parent() is None)
+    except RuntimeError:  # the application that owned it is gone
+        stale = True
+    if stale:
+        _controller = ThemeController(app)
+    assert _controller is not None
+    return _controller
+
+
+def current() -> Theme:
+    """The theme in force now (light until one is applied)."""
+    return _controller.theme if _controller is not None else LIGHT
+
+
+def apply_theme(setting: str) -> Theme:
+    """Use a theme setting ("system", "light" or "dark") for the whole app from now on."""
+    return controller().set_setting(setting)
