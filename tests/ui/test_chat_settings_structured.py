@@ -12,8 +12,8 @@ from specchat.ui.settings_dialogs import ChatSettingsDialog
 SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})
 
 
-def open_dialog(qtbot, settings: ChatSettings = ChatSettings()) -> ChatSettingsDialog:
-    dialog = ChatSettingsDialog(settings)
+def open_dialog(qtbot, settings: ChatSettings | None = None) -> ChatSettingsDialog:
+    dialog = ChatSettingsDialog(settings or ChatSettings())
     qtbot.addWidget(dialog)
     return dialog
 
