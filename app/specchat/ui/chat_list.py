@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QInputDialog,
@@ -10,6 +10,8 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -21,6 +23,19 @@ ROLE = Qt.ItemDataRole.UserRole
 BADGE = {Phase.STREAMING: "● ", Phase.LOADING: "● ", Phase.WAITING: "… "}
 BADGE_TIP = {Phase.STREAMING: "generating an answer", Phase.LOADING: "loading the model pair for an answer",
              Phase.WAITING: "waiting for the answer in another chat to finish"}
+
+
+class _FitWidth(QStyledItemDelegate):
+    """Rows as wide as the list, not as their title.
+
+    A list row is as wide as its widest title, so a long title ran past the edge, cut off
+    mid-letter, and elision never happened; a row that asks for no width gets the list's
+    width, and its title is elided with "…" in it (the full title is the tooltip).
+    """
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
+        hint = super().sizeHint(option, index)
+        return QSize(1, hint.height() + 6)  # and a little air between the titles
 
 
 class ChatList(QObject):
@@ -47,6 +62,7 @@ class ChatList(QObject):
         # long titles are elided at the right, never scrolled sideways
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_FitWidth(self.list))
         self.list.currentItemChanged.connect(self._on_current)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         rename = QAction("Rename…", self.list)
