@@ -108,6 +108,8 @@ def test_switching_theme_restyles_a_message_already_shown(qtbot):
     apply_theme("dark")
     assert DARK.code_bg in w.body.text() and LIGHT.code_bg not in w.body.text()
     assert DARK.bubble_assistant in w.styleSheet() and DARK.muted in w.footer_label.styleSheet()
+    # links carry their colour: a label keeps the palette it laid out its text with
+    assert f"color:{DARK.link}" in w.footer_label.text() and f"color:{DARK.link}" in w.body.text()
     assert w.body.text() == render(text, DARK)[0]
     assert view.add("user", "new").theme is DARK  # made after the change: the new theme too
 

@@ -123,7 +123,8 @@ def _fence(_renderer, tokens: list[Token], idx: int, _options, env: dict) -> str
     return (f"<table width='100%' cellspacing=0 cellpadding=0><tr><td style=\"background:{theme.code_bg}; "
             f"color:{theme.code_text}; padding:6px; border:1px solid {theme.code_border};\">"
             f"<pre style=\"margin:0; font-family:{MONO}\">{body}</pre></td></tr></table>"
-            f"<div align='right'>{head}<a href='copy:{len(env['codes']) - 1}'>Copy</a></div>")
+            f"<div align='right'>{head}<a href='copy:{len(env['codes']) - 1}' style='color:{theme.link}'>Copy</a>"
+            "</div>")
 
 
 def _table(_renderer, _tokens: list[Token], _idx: int, _options, env: dict) -> str:
@@ -132,11 +133,18 @@ def _table(_renderer, _tokens: list[Token], _idx: int, _options, env: dict) -> s
             f"border-color:{env['theme'].code_border}; border-style:solid;\">\n")
 
 
+def _link_open(renderer, tokens: list[Token], idx: int, options, env: dict) -> str:
+    """Links in the theme's colour, in the HTML: a label keeps the palette it laid its text out with."""
+    tokens[idx].attrSet("style", f"color:{env['theme'].link}")
+    return renderer.renderToken(tokens, idx, options, env)
+
+
 def _make_markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("table").disable("reference")
     md.add_render_rule("fence", _fence)
     md.add_render_rule("code_block", _fence)
     md.add_render_rule("table_open", _table)
+    md.add_render_rule("link_open", _link_open)
     return md
 
 

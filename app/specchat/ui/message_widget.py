@@ -167,9 +167,16 @@ class MessageWidget(QFrame):
         self.tint_view.setVisible(tinted)
         self.markdown_view.setVisible(not tinted)
         self._refresh_reasoning()
-        links = "" if not self.content else " · <a href='copyall'>Copy</a>"
-        self.footer_label.setText(html.escape(self.footer) + links if self.role != "system" else "")
+        parts = [html.escape(self.footer)] if self.footer else []
+        if self.content:
+            parts.append(self._link("copyall", "Copy"))
+        self.footer_label.setText(" · ".join(parts) if self.role != "system" else "")
         self.footer_label.setVisible(self.role != "system")
+
+    def _link(self, href: str, text: str) -> str:
+        """A link in the theme's colour: a label lays its text out once, with the palette of then, so
+        a palette change alone left the links of the old theme (dark blue on a dark bubble)."""
+        return f"<a href='{href}' style='color:{self.theme.link}'>{text}</a>"
 
     def _placeholder(self) -> str:
         return f"<i style='color:{self.theme.muted}'>…</i>"
@@ -180,11 +187,11 @@ class MessageWidget(QFrame):
         if not self.reasoning:
             return
         if self.reasoning_open:
-            self.reasoning_toggle.setText("<a href='think'>▾ Hide reasoning</a>")
+            self.reasoning_toggle.setText(self._link("think", "▾ Hide reasoning"))
             self._reasoning_runs[0] = (self.reasoning, False)
             self.reasoning_view.apply(self._thoughts.update(self._reasoning_runs))
         else:
-            self.reasoning_toggle.setText(f"<a href='think'>▸ Show reasoning ({self._word_count()} words)</a>")
+            self.reasoning_toggle.setText(self._link("think", f"▸ Show reasoning ({self._word_count()} words)"))
 
     def _word_count(self) -> int:
         """Words in the reasoning, counted on from where the last count stopped (a space)."""
