@@ -127,3 +127,18 @@ def test_switching_theme_recolours_the_plots_with_the_same_items(qtbot):
     assert panel.p_speed.getAxis("left").textPen().color().name() == DARK.plot_fg
     assert DARK.curve("token") in panel.p_acc.titleLabel.text
     assert [len(p.items) for p in plots] == items
+
+
+def test_app_settings_offer_the_three_theme_choices_with_system_the_default(qtbot, tmp_path):
+    from specchat.config import AppConfig
+    from specchat.ui.settings_dialogs import SettingsDialog
+
+    config = AppConfig(tmp_path / "config.toml")
+    assert config["theme"] == "system"
+    dialog = SettingsDialog(config)
+    qtbot.addWidget(dialog)
+    combo = dialog.fields["theme"]
+    assert [combo.itemText(i) for i in range(combo.count())] == ["system", "light", "dark"]
+    combo.setCurrentText("dark")
+    dialog.save()
+    assert dialog.result_config is not None and AppConfig(tmp_path / "config.toml")["theme"] == "dark"
