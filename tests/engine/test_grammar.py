@@ -132,7 +132,7 @@ def test_suite_lines_may_carry_a_schema_and_structured_runs_get_a_task_of_their_
     prompts = load_suite(str(suite))
     assert json.loads(prompts[0].schema) == schema and prompts[1].schema == ""
     assert [(p.id, p.task, p.constrained) for p in with_schemas(prompts, "both")] == [
-        ("a", "json", False), ("a", "json+schema", True), ("b", "custom", False)]
+        ("a", "json", False), ("a+schema", "json+schema", True), ("b", "custom", False)]
     assert [(p.task, p.constrained) for p in with_schemas(prompts, "on")] == [("json+schema", True),
                                                                               ("custom", False)]
     assert with_schemas(prompts, "off") == prompts

@@ -28,9 +28,10 @@ class BenchPrompt:
     constrained: bool = False  # run under ``schema`` (see :meth:`under_schema`)
 
     def under_schema(self) -> BenchPrompt:
-        """This prompt held to its schema, as a task of its own ("json+schema") so that a table
-        compares it with the free runs and its multiplier is against its own plain runs."""
-        return replace(self, task=self.task + SCHEMA_SUFFIX, constrained=True)
+        """This prompt held to its schema, as a prompt and task of its own ("json-person+schema",
+        "json+schema") so that a table compares it with the free runs and its multiplier is
+        against its own plain runs."""
+        return replace(self, id=self.id + SCHEMA_SUFFIX, task=self.task + SCHEMA_SUFFIX, constrained=True)
 
 
 def _schema(properties: dict[str, dict], **extra: object) -> str:
