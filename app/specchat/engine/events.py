@@ -118,6 +118,7 @@ class GenerationStats(CountsView):
     counts: Counts = Counts()
     fallbacks: tuple[str, ...] = ()
     phases: PhaseSplit = PhaseSplit()  # the rounds inside the reasoning block and after it (engine.phases)
+    structured: str = ""  # "json_schema" or "grammar": the answer was held to one (its acceptance is under it)
 
     @classmethod
     def empty(cls, mode: str = "") -> GenerationStats:

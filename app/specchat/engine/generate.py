@@ -93,7 +93,7 @@ def generate(
     def stats(decode_s: float) -> GenerationStats:
         answer = Counts.of_answer(n_generated, decode_s, prompt_tokens=len(prompt), reused_tokens=reused,
                                   prefill_s=prefill_s)
-        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks))
+        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks), structured=sampling.structured.kind)
 
     prefill_s = 0.0
     reused = 0

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.engine.settings import StructuredOutput
 from specchat.store import ChatSettings, Message, MessageStats, Store
 from specchat.workers.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
 
@@ -62,6 +63,7 @@ def footer_text(stats: MessageStats | None, state: str | None) -> str:
         parts.append(f"{stats.token_acceptance:.0%} draft accepted")
         parts.append(f"mean K {stats.mean_k:.1f}")
     parts.append(stats.phases.summary())  # reasoning and answer apart, when the answer reasoned
+    parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
     parts.append(stats.mode or "")
     parts.append(f"stop: {stats.stop_reason}")
     return " · ".join(p for p in parts if p)

@@ -253,8 +253,7 @@ class AnswerService(QObject):
         mode = Mode(s.speculation)
         live.request_id = self.service.submit(
             messages=messages, mode=mode,
-            sampling=SamplingSettings(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                                      repeat_penalty=s.repeat_penalty, seed=s.seed),
+            sampling=SamplingSettings.from_chat(s),  # its sampling fields and its schema or grammar
             max_tokens=s.max_tokens,
             reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
         )

@@ -17,7 +17,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -241,7 +241,10 @@ class GenerationWorker(QObject):
         try:
             self.engineEvent.emit(rid, Started(0, False))
             phases = PhaseTagger()  # a server's reasoning arrives inside <think> tags too (remote.chat)
+            structured = request.sampling.structured.kind
             for ev in server.answer(chat, cancel):
+                if isinstance(ev, Done) and structured:  # the server was held to the chat's schema or grammar
+                    ev = replace(ev, stats=replace(ev.stats, structured=structured))
                 self.engineEvent.emit(rid, phases.tag(ev))
         except Exception as exc:  # every worker exception becomes an error event
             self._fail_unexpectedly(rid, exc)
