@@ -37,6 +37,7 @@ from specchat.workers.hub_tasks import HubCalls, HubTasks
 from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
 from .hub_tab import HubSearchTab
+from .theme import current
 
 ROLE = Qt.ItemDataRole.UserRole
 
@@ -83,7 +84,7 @@ class ModelsDialog(QDialog):
         if self.catalog_problems:  # your own catalog.toml: what of it is not listed, and why
             problems = QLabel("\n".join(self.catalog_problems))
             problems.setWordWrap(True)
-            problems.setObjectName("warning")
+            problems.setStyleSheet(f"color:{current().warning}")
             layout.addWidget(problems)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._catalog_tab(rec), "Catalog")

@@ -34,7 +34,8 @@ from specchat.remote.client import Capabilities
 from specchat.remote.servers import Keychain, ServerConfig, ServerList, servers_file
 from specchat.workers.server_probe import ServerProbeService
 
-ERROR_STYLE = "color:#b00020"
+from .theme import current
+
 KEY_HINT = "kept in the OS keychain, never in a file"
 
 
@@ -85,7 +86,7 @@ class ServerEditor(QDialog):
         form.addRow("GPU exporter URL", self.dcgm_url)
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet(ERROR_STYLE)
+        self.error.setStyleSheet(f"color:{current().error}")
         form.addRow(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.save)
@@ -299,7 +300,7 @@ class ServersDialog(QDialog):
             self._say(str(result), error=True)
 
     def _say(self, text: str, *, error: bool = False) -> None:
-        self.status.setStyleSheet(ERROR_STYLE if error else "")
+        self.status.setStyleSheet(f"color:{current().error}" if error else "")
         self.status.setText(_escape(one_line(text)))
 
     # -- closing ----------------------------------------------------------------------------

@@ -152,7 +152,7 @@ class ChatSettingsDialog(QDialog):
                                   "chat's models cannot use is greyed out, with the reason")
         self._spec_types_read = False
         self.local_note = QLabel(SERVER_DECIDES)
-        self.local_note.setStyleSheet("color:#666")
+        self.local_note.setStyleSheet(f"color:{current().muted}")
         self.system = QPlainTextEdit(settings.system_prompt)
         self.system.setFixedHeight(90)
         self.task = QComboBox()
@@ -195,7 +195,7 @@ class ChatSettingsDialog(QDialog):
         self.structured_text.setFixedHeight(120)
         self.structured_text.setPlaceholderText('{"type": "object", "properties": {...}}   or   root ::= "yes" | "no"')
         self.structured_error = QLabel()
-        self.structured_error.setStyleSheet("color:#b00020")
+        self.structured_error.setStyleSheet(f"color:{current().error}")
         self.structured_error.setVisible(False)
         self.structured_kind.currentIndexChanged.connect(lambda _i: self._structured_kind_changed())
         self._structured_kind_changed()
