@@ -83,8 +83,9 @@ def test_vllm_metrics_advance_while_chunks_are_sent():
                 received += line.startswith("data: ")
                 if received == 4:
                     break
-            deadline = time.monotonic() + 2
-            while (middle := scrape(client, server)).spec.drafts == before.drafts and time.monotonic() < deadline:
+            deadline = time.monotonic() + 5  # generous: CI runs this on two busy cores
+            while ((middle := scrape(client, server)).spec.drafts == before.drafts
+                   or middle.requests_running != 1.0) and time.monotonic() < deadline:
                 time.sleep(0.02)
         assert middle.requests_running == 1.0
         moved = delta(before, middle.spec)
