@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import specchat  # noqa: F401, I001  (first: llama.cpp's library loads before numpy; specchat/__init__.py says why)
+
 import os
 import sys
 from pathlib import Path
