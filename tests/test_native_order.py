@@ -84,7 +84,8 @@ ENTRIES = {
     "packaged app": ("path", str(ROOT / "packaging" / "specchat_entry.py"), ["models", "check", "{gguf}", "{gguf}"]),
     # the GPU kit: agreement pairs import numpy to write their matrices
     "gpu kit": ("path", str(ROOT / "scripts" / "gpu_kit.py"), ["pairs", "--shape", "tiny", "--alphas", "0.5",
-                                                               "--out", "{tmp}/pairs", "--tokenizer", "{gguf}"]),
+                                                               "--out", "{tmp}/pairs", "--tokenizer", "{gguf}",
+                                                               "--f16"]),
     # the test suite: a test module that imports gguf and numpy at its top
     "pytest": ("pytest", "pytest", ["-q", "--co", "-p", "no:cacheprovider",
                                     str(ROOT / "tests" / "scripts" / "test_gpu_kit.py")]),

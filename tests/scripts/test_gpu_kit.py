@@ -247,3 +247,79 @@ def test_the_kit_stays_under_its_size_limit(qwen_draft, tmp_path):
     gpu_kit.strip_sdist(sdist, kit / "s.tar.xz")
     gpu_kit.write_tokenizer_gguf(qwen_draft, kit / gpu_kit.TOKENIZER_FILE)
     assert gpu_kit.folder_size(kit) < gpu_kit.KIT_LIMIT_BYTES // 2  # the wheels are < 1 MiB more
+
+
+# -- agreement pairs ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.9, 1.0])
+def test_a_draft_bigram_is_a_permutation_equal_to_the_target_on_alpha_of_its_tokens(alpha):
+    ids = np.arange(5, 4005)  # the normal tokens; 0-4 and 4005+ are specials
+    nxt = gpu_kit.bigram_cycle(ids, 4100, seed=1)
+    assert sorted(nxt[ids]) == list(ids) and (nxt[:5] == -1).all() and (nxt[4005:] == -1).all()
+    assert len(gpu_kit.greedy_path(nxt, 5, 4001)) == 4001 and gpu_kit.greedy_path(nxt, 5, 4001)[-1] == 5  # one cycle
+    draft = gpu_kit.follow_share(nxt, alpha, seed=7)
+    assert sorted(draft[ids]) == list(ids)  # a bigram for every normal token, each next token once
+    share = float(np.mean(draft[ids] == nxt[ids]))
+    assert abs(share - alpha) <= 4 * math.sqrt(max(alpha * (1 - alpha), 1e-9) / len(ids)) + 1e-9
+
+
+def test_bad_alphas_are_one_line():
+    with pytest.raises(SystemExit, match="between 0 and 1"):
+        gpu_kit.parse_alphas("0.5,1.5")
+    with pytest.raises(SystemExit, match="between 0 and 1"):
+        gpu_kit.parse_alphas("x")
+    assert gpu_kit.parse_alphas("0.9, 0.6,0.9") == [0.6, 0.9]
+
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory):
+    """Tiny-shape agreement pairs with the real Qwen tokenizer (F16: seconds on two cores)."""
+    model = Path(os.environ.get("SPECCHAT_TEST_MODELS", "")) / gpu_kit.TEST_MODEL
+    if not model.is_file():
+        pytest.skip("the Qwen test model is not provisioned (scripts/test_models.py)")
+    tok = gpu_kit.Tokenizer.from_gguf(model)
+    out = tmp_path_factory.mktemp("pairs")
+    return gpu_kit.make_pairs("tiny", tok, [0.5, 0.9], out, threads=2, quantized=False), tok
+
+
+@pytest.mark.real_models
+def test_the_target_follows_its_bigram_and_each_draft_agrees_at_its_alpha(tiny_pairs):
+    pairs, tok = tiny_pairs
+    n = 512
+
+    got = gpu_kit.check_pairs(pairs, tok, n=n, gpu=False)
+
+    assert got["target"] == 1.0
+    for alpha in (0.5, 0.9):  # within 4 standard errors of a binomial share (and a little for rounding)
+        assert abs(got[f"draft {alpha:g}"] - alpha) <= 4 * math.sqrt(alpha * (1 - alpha) / n) + 0.01, got
+
+
+@pytest.mark.real_models
+def test_specchats_greedy_answer_is_the_same_in_every_mode_on_an_agreement_pair(tiny_pairs):
+    from specchat.engine.events import Done, TokensEmitted
+    from specchat.engine.pair import PairConfig, SpeculativePair
+    from specchat.engine.runtime import ModelOptions
+    from specchat.engine.settings import Mode
+
+    pairs, _tok = tiny_pairs
+    opts = ModelOptions(n_ctx=1024, n_gpu_layers=0)
+    config = PairConfig(target=pairs.target, draft=pairs.drafts[0.9], target_options=opts)
+    answers, counts = {}, {}
+    with SpeculativePair(config) as pair:
+        prompt = pair.target.tokenize("def fibonacci(n):", add_special=False)
+        for mode in (Mode.BASELINE, Mode.DRAFT, Mode.LOOKUP, Mode.AUTO):
+            pair.target.clear()
+            if pair.draft is not None:
+                pair.draft.clear()
+            tokens, done = [], None
+            for ev in pair.generate(prompt, mode=mode, max_tokens=96):
+                if isinstance(ev, TokensEmitted):
+                    tokens += ev.token_ids
+                elif isinstance(ev, Done):
+                    done = ev
+            answers[mode], counts[mode] = tokens, done.stats.counts
+
+    assert len(answers[Mode.BASELINE]) == 96
+    assert all(answers[m] == answers[Mode.BASELINE] for m in answers), {m.value: a[:12] for m, a in answers.items()}
+    draft = counts[Mode.DRAFT]
+    assert draft.drafted > 20 and 0.7 <= draft.accepted / draft.drafted <= 1.0  # the draft ran, at about alpha

@@ -30,6 +30,7 @@ def run_self_test(argv: list[str]) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from specchat import native_loaded_first
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.profile import Profile
@@ -51,6 +52,7 @@ def run_self_test(argv: list[str]) -> int:
     check(True, f"Qt {app.platformName()} platform plugin")
     info = backend_info()
     check(True, f"llama.cpp loaded: {info['backend']} backend")
+    check(native_loaded_first(), "llama.cpp's library loaded before numpy (numpy first crashes a CUDA model load)")
     store = open_store(Profile.at(tmp).database)
     if model is not None:
         store.create_chat("self-test", ChatSettings(target=model, draft=model, speculation="draft", max_tokens=8))
