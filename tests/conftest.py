@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import specchat  # noqa: F401, I001  (first: llama.cpp's library loads before numpy; specchat/__init__.py says why)
-
 import os
 import sys
 from pathlib import Path
 
 import pytest
+
+import specchat  # noqa: F401  (before any test module: llama.cpp's library loads before numpy; see its __init__)
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless
 

@@ -19,14 +19,14 @@ A missing or broken llama.cpp build is not an error here: the server clients and
 without it, and the engine's runtime raises the real error, in one line, where a model loads.
 """
 
+import contextlib as _contextlib
 import sys as _sys
 
 __version__ = "0.1.0"
 
-try:
+# RuntimeError: llama_cpp's "Failed to load shared library"
+with _contextlib.suppress(ImportError, OSError, RuntimeError):
     import llama_cpp as _llama_cpp  # noqa: F401  (loaded for its side effect: the native libraries)
-except (ImportError, OSError, RuntimeError):  # RuntimeError: llama_cpp's "Failed to load shared library"
-    pass
 
 
 def native_loaded_first() -> bool:
