@@ -1,36 +1,30 @@
-"""The GPU kit (issue 12): real-shape Qwen costs measured through SpecChat's runtime on a GPU machine
-with no network.  Never run in CI.
+"""The GPU kit: SpecChat beside llama-server on a GPU machine with no network, in two device calls.
+Never run in CI (its CPU proof is: tests/scripts/test_gpu_kit.py).
 
-Three steps, two places:
+- ``pack`` (here, with the network): the carry folder ``gpu-kit/`` (git-ignored, ~9.4 MiB): the
+  llama-cpp-python 0.3.36 sdist stripped to what one build of its vendored llama.cpp reads (the
+  server's and llama-bench's sources kept), the Qwen tokenizer as a tensor-less GGUF copied from the
+  test model's header, and the pure-Python wheels SpecChat needs that the GPU image lacks.
+- ``build`` (on the GPU machine, its own call: about 5.5 min at -j16 for CUDA sm_90): one cmake tree
+  of the vendored llama.cpp (shared libllama/libggml*, llama-server, llama-bench) and the bindings
+  laid over it in ``--site``, so SpecChat and llama-server run the same llama.cpp.  ``--detach``
+  runs it in a session of its own that outlives the call; ``--wait S`` waits for it.
+- ``measure`` (the next call, while the machine is warm: /tmp is kept only until it goes back,
+  30 s after a call): agreement pairs, llama-bench, SpecChat's per-shape decode costs, and one
+  interleaved ``specchat bench`` per alpha beside llama-server; ``OUT/report.md``,
+  ``OUT/results.json``, ``OUT/logs.tar.gz``.
+- ``pairs [--check]``: the agreement pairs alone; ``run``: the random-weight cost profile.
 
-- ``pack`` (here, with the network): makes the carry folder ``gpu-kit/`` (git-ignored) holding the
-  llama-cpp-python 0.3.36 sdist stripped to what a CUDA build needs (xz, ~10 MiB), the Qwen tokenizer
-  metadata as a tensor-less GGUF copied from the test model's header, and the pure-Python wheels
-  SpecChat's core needs that the GPU image lacks (gguf, diskcache, platformdirs).
-- ``build`` (on the GPU machine, its own call: the CUDA build of llama.cpp for sm_90 takes most of one
-  10-minute call at -j16): installs the wheels and builds llama-cpp-python with CUDA into ``--site``
-  (default /tmp/specchat-gpu-kit/site, outside the repo so the next carry does not replace it).
-- ``run`` (on the GPU machine, the next call, while the machine is still warm: it keeps /tmp only
-  until it goes back, 30 s after a call): synthesises Qwen2.5-7B-Instruct- and Qwen2.5-0.5B-shaped
-  GGUFs (random F16 weights written tensor by tensor, quantised to Q4_K_M by llama.cpp's quantize),
-  measures plain decode against llama-bench-style raw decode, the verify cost for n = 1..17, the draft
-  cost per token and the loop's overhead per round, and writes ``OUT/profile-<gpu>-qwen7b.json``
-  (docs: the cost-profile schema), ``OUT/measurements.json`` (every raw number) and ``OUT/simulate.txt``
-  (``specchat simulate`` on each trace in docs/traces).  Random weights give meaningless text but
-  true costs.
+The two device calls (``run`` tool, after ``python scripts/gpu_kit.py pack`` here)::
 
-The two device calls a session makes (``run`` tool, after ``python scripts/gpu_kit.py pack`` here)::
+    run(command="python3 scripts/gpu_kit.py build --detach --wait 560", carry=["gpu-kit"], timeout_s=600)
+    run(command="python3 scripts/gpu_kit.py build --wait 300 && PYTHONUNBUFFERED=1 python3 "
+                "scripts/gpu_kit.py measure --out $OUT", carry=["gpu-kit"], timeout_s=600)
 
-    run(command="python3 scripts/gpu_kit.py build", carry=["gpu-kit"], timeout_s=600)
-    run(command="PYTHONUNBUFFERED=1 python3 scripts/gpu_kit.py run --skip-build --out $OUT",
-        carry=["gpu-kit"], timeout_s=600)
+Proven here without a GPU (the CPU build takes ~3.5 min on two cores)::
 
-The second call must follow the first at once (the build lives in the warm machine's /tmp); if the
-machine went back in between, ``run --skip-build`` says so and the build call is needed again.
-
-Proven here without a GPU::
-
-    .venv/bin/python scripts/gpu_kit.py run --cpu --shapes tiny --skip-build --out /tmp/kit-out
+    .venv/bin/python scripts/gpu_kit.py build --cpu --jobs 2 --detach --wait 600
+    .venv/bin/python scripts/gpu_kit.py measure --cpu --shape tiny --f16 --alphas 0.6,0.9 --out /tmp/kit-out
 """
 
 from __future__ import annotations
@@ -64,8 +58,11 @@ TOKENIZER_FILE = "qwen-tokenizer.gguf"
 TEST_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"  # its header holds the real Qwen2.5 tokenizer
 # The wheels SpecChat's engine and CLI import that the GPU image lacks (the image has numpy, jinja2,
 # psutil, filelock, pyyaml, tqdm, requests, typing-extensions, nvidia-ml-py): gguf (models.gguf_header),
-# diskcache (llama_cpp imports it), platformdirs (specchat.profile).
-KIT_WHEELS = ("gguf", "diskcache", "platformdirs")
+# diskcache (llama_cpp imports it), platformdirs (specchat.profile); and for the bench against
+# llama-server (remote/): httpx2 and httpcore2, truststore, prometheus-client, keyring (servers.py)
+# with jaraco.classes, jaraco.functools, jaraco.context and more-itertools (H100 run, 2026-11-24).
+KIT_WHEELS = ("gguf", "diskcache", "platformdirs", "httpx2", "httpcore2", "truststore", "prometheus-client",
+              "keyring", "jaraco.classes", "jaraco.functools", "jaraco.context", "more-itertools")
 TOKEN_TYPE_UNUSED = 5  # gguf.TokenType.UNUSED: how llama.cpp's converter pads a vocabulary ("[PAD<i>]")
 FILLER = 198  # "\n" in Qwen's vocabulary; a decode's cost does not depend on the token
 
@@ -80,17 +77,23 @@ FILLER = 198  # "\n" in Qwen's vocabulary; a decode's cost does not depend on th
 _DROP_PREFIXES = (
     ".git/", "docs/", "examples/", "tests/", "docker/", "scripts/", ".github/", "vendor/llama.cpp/.git/",
     "vendor/llama.cpp/models/", "vendor/llama.cpp/docs/", "vendor/llama.cpp/tests/",
-    "vendor/llama.cpp/benches/", "vendor/llama.cpp/tools/", "vendor/llama.cpp/examples/",
+    "vendor/llama.cpp/benches/", "vendor/llama.cpp/examples/",
     "vendor/llama.cpp/pocs/", "vendor/llama.cpp/media/", "vendor/llama.cpp/gguf-py/",
-    "vendor/llama.cpp/scripts/", "vendor/llama.cpp/conversion/", "vendor/llama.cpp/ci/",
+    "vendor/llama.cpp/conversion/", "vendor/llama.cpp/ci/",
     "vendor/llama.cpp/skills/", "vendor/llama.cpp/requirements/", "vendor/llama.cpp/app/",
     "vendor/llama.cpp/.github/", "vendor/llama.cpp/.devops/", "vendor/llama.cpp/grammars/",
 )
 _GGML_BACKENDS = "vendor/llama.cpp/ggml/src/"
 _KEPT_BACKENDS = {"ggml-cpu", "ggml-cuda"}
-# tools/ goes, so the multimodal library (LLAVA_BUILD) is off; SpecChat never loads it
-BUILD_FLAGS = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
-               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAVA_BUILD=OFF")
+# One cmake tree of the vendored llama.cpp serves both sides of the side-by-side: its shared
+# libllama/libggml* are what llama-cpp-python's bindings load (site/llama_cpp/lib links to the
+# build's bin/), and llama-server and llama-bench are linked against the very same libraries.
+# Built once, it takes about 5.5 min at -j16 for CUDA sm_90 (two separate builds took 11).
+BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+               "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
+               "-DLLAMA_BUILD_APP=OFF", "-DGGML_RPC=OFF")
+BUILD_TARGETS = ("llama", "llama-server", "llama-bench")
 
 
 def sdist_keeps(member: str) -> bool:
@@ -98,10 +101,17 @@ def sdist_keeps(member: str) -> bool:
     _top, _, rel = member.partition("/")
     if not rel:
         return True
-    if rel.startswith(_DROP_PREFIXES) or rel.endswith((".gguf", ".png", ".jpg", ".mp4", ".gif")):
+    if rel.startswith(_DROP_PREFIXES) or rel.endswith((".gguf", ".png", ".jpg", ".mp4", ".gif", ".webp", ".pdf",
+                                                        ".wav", ".mp3")):
         return False
     if rel.startswith("vendor/llama.cpp/convert_"):
         return False
+    # llama-server and llama-bench are built from the same tree (tools/); the server's web UI is off,
+    # so of tools/ui (800 files) only its top-level build files stay, and of scripts/ the cmake ones
+    if rel.startswith("vendor/llama.cpp/tools/ui/"):
+        return "/" not in rel[len("vendor/llama.cpp/tools/ui/"):]
+    if rel.startswith("vendor/llama.cpp/scripts/"):
+        return rel.endswith(".cmake") or rel.endswith("/")
     if rel.startswith(_GGML_BACKENDS):
         backend = rel[len(_GGML_BACKENDS):].split("/", 1)
         if len(backend) == 2 and backend[0].startswith("ggml-") and backend[0] not in _KEPT_BACKENDS:
@@ -892,29 +902,99 @@ def preload_cuda_shim(site: Path) -> None:
             ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
 
 
+BUILD_STATUS = "build-status.json"  # beside the site: running / done / failed, with times (``build --wait``)
+
+
+def build_dir(site: Path) -> Path:
+    return site.parent / "llama.cpp-build"
+
+
+def tool_path(site: Path, name: str) -> Path:
+    """llama-server or llama-bench of the kit's build."""
+    return build_dir(site) / "bin" / name
+
+
 def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
-    """Unpack the stripped sdist and build it into ``site`` (scikit-build-core from the image)."""
+    """Unpack the stripped sdist, build one cmake tree of its llama.cpp (the shared libraries,
+    llama-server, llama-bench) and lay llama-cpp-python's bindings into ``site`` over those libraries."""
     archives = sorted(kit.glob(f"{SDIST_NAME}*.tar.xz"))
     if not archives:
         raise SystemExit(f"{kit}: no {SDIST_NAME}-stripped.tar.xz: run 'python scripts/gpu_kit.py pack' first")
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise SystemExit("cmake not found: the build needs cmake and a C++ compiler")
     src_root = site.parent / "src"
     shutil.rmtree(src_root, ignore_errors=True)
     src_root.mkdir(parents=True)
     with tarfile.open(archives[0], "r:xz") as tar:
         tar.extractall(src_root, filter="data")
     (src,) = [p for p in src_root.iterdir() if p.is_dir()]
-    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90", *cublas_flags(site)]
-    env = dict(os.environ, CMAKE_ARGS=" ".join([*flags, *BUILD_FLAGS]), CMAKE_BUILD_PARALLEL_LEVEL=str(jobs))
-    print(f"building {src.name} ({'CPU' if cpu else 'CUDA sm_90'}, -j{jobs}); log: {log}", flush=True)
+    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", *cublas_flags(site)]
+    out_dir = build_dir(site)
+    print(f"building llama.cpp {LLAMA_CPP_PYTHON} ({'CPU' if cpu else 'CUDA sm_90'}, -j{jobs}: "
+          f"{', '.join(BUILD_TARGETS)}) in {out_dir}; log: {log}", flush=True)
     t0 = time.perf_counter()
     with log.open("w") as out:
-        rc = subprocess.run([sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps",
-                             "--no-index", "--no-compile", "--upgrade", "--target", str(site), str(src)],
-                            env=env, stdout=out, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        print("".join(log.read_text(errors="replace").splitlines(True)[-40:]))
-        raise SystemExit(f"the build failed ({rc}); the whole log is {log}")
+        for cmd in ([cmake, "-S", str(src / "vendor" / "llama.cpp"), "-B", str(out_dir), *flags, *BUILD_FLAGS],
+                    [cmake, "--build", str(out_dir), "--config", "Release", "-j", str(jobs),
+                     "--target", *BUILD_TARGETS]):
+            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                print("".join(log.read_text(errors="replace").splitlines(True)[-40:]))
+                raise SystemExit(f"the build failed ({rc}); the whole log is {log}")
+    # the bindings: llama-cpp-python's Python package, its lib/ the tree's bin/ (libllama.so and the
+    # libggml*.so it needs, found there by their build RPATH)
+    site.mkdir(parents=True, exist_ok=True)
+    dest = site / "llama_cpp"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src / "llama_cpp", dest)
+    lib = dest / "lib"
+    shutil.rmtree(lib, ignore_errors=True)
+    lib.symlink_to(out_dir / "bin", target_is_directory=True)
+    missing = [n for n in ("libllama.so", "llama-server", "llama-bench") if not (out_dir / "bin" / n).exists()]
+    if missing:
+        raise SystemExit(f"the build made no {', '.join(missing)} in {out_dir / 'bin'}; see {log}")
     print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def build_status(site: Path) -> dict[str, Any]:
+    path = site.parent / BUILD_STATUS
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def set_build_status(site: Path, **fields: Any) -> None:
+    site.parent.mkdir(parents=True, exist_ok=True)
+    write_json(site.parent / BUILD_STATUS, {**build_status(site), **fields, "at": time.time()})
+
+
+def wait_for_build(site: Path, seconds: float) -> int:
+    """Wait for a detached build (this call or an earlier one); 0 done, 1 failed, 3 still running."""
+    deadline = time.monotonic() + seconds
+    while True:
+        st = build_status(site)
+        state = st.get("state")
+        if state == "done":
+            print(f"build done in {st.get('seconds', 0):.0f} s", flush=True)
+            return 0
+        if state == "failed" or not st:
+            print(f"build {'failed' if st else 'never started here'}: {st.get('error', '')} "
+                  f"(log {site.parent / 'build.log'})", flush=True)
+            tail = (site.parent / "build.out")
+            if tail.is_file():
+                print("".join(tail.read_text(errors="replace").splitlines(True)[-20:]), flush=True)
+            return 1
+        pid = int(st.get("pid", 0))
+        if pid and not Path(f"/proc/{pid}").exists():
+            print(f"the build process {pid} is gone without a result (the machine went back?)", flush=True)
+            return 1
+        if time.monotonic() >= deadline:
+            print(f"build still running after {time.time() - st.get('started', time.time()):.0f} s: "
+                  "call 'build --wait S' again", flush=True)
+            return 3
+        time.sleep(2)
 
 
 def hardware_name(cpu: bool) -> str:
@@ -1072,8 +1152,30 @@ def test_model_path() -> Path | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    install_wheels(args.kit, args.site)
-    build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log")
+    """The build, in this process, or (``--detach``) in a process of its own session that outlives
+    this device call; ``--wait S`` then waits up to S seconds for it (and is all a later call runs)."""
+    if args.detach and not args.attached:
+        args.site.parent.mkdir(parents=True, exist_ok=True)
+        out = (args.site.parent / "build.out").open("w")
+        argv = [sys.executable, str(Path(__file__).resolve()), "build", "--attached", "--kit", str(args.kit),
+                "--site", str(args.site), "--jobs", str(args.jobs), *(["--cpu"] if args.cpu else [])]
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        set_build_status(args.site, state="running", pid=proc.pid, started=time.time(), error="")
+        print(f"build started (pid {proc.pid}, its own session); output in {args.site.parent / 'build.out'}",
+              flush=True)
+        return wait_for_build(args.site, args.wait)
+    if args.wait and not args.attached and build_status(args.site).get("state") == "running":
+        return wait_for_build(args.site, args.wait)
+    t0 = time.time()
+    set_build_status(args.site, state="running", pid=os.getpid(), started=t0, error="")
+    try:
+        install_wheels(args.kit, args.site)
+        build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log")
+    except BaseException as exc:
+        set_build_status(args.site, state="failed", error=str(exc)[:500])
+        raise
+    set_build_status(args.site, state="done", seconds=time.time() - t0)
     return 0
 
 
@@ -1081,7 +1183,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shapes == "qwen7b" and args.cpu:
         print("note: the 7B shape on a CPU takes a long time and ~20 GB of disk", flush=True)
     if not args.skip_build:
-        cmd_build(args)
+        install_wheels(args.kit, args.site)
+        build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log")
     elif (args.kit / "wheels").is_dir():
         install_wheels(args.kit, args.site)
     use_site(args.site)
@@ -1130,6 +1233,224 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------
+# measure: SpecChat beside llama-server on agreement pairs, one report
+# --------------------------------------------------------------------------------------------
+
+LOCAL_MODES = ("baseline", "draft", "lookup", "auto")
+SERVER_N_MAX = (3, 8)  # llama-server's draft-simple default (3) and a longer draft
+
+
+def run_llama_bench(binary: Path, model: Path, *, cpu: bool, depth: int, reps: int, n_gen: int,
+                    pp: Sequence[int]) -> list[dict[str, Any]]:
+    """llama-bench's JSON rows: tg ``n_gen`` and pp of each size, at ``depth`` tokens in the cache."""
+    cmd = [str(binary), "-m", str(model), "-d", str(depth), "-n", str(n_gen), "-p", ",".join(map(str, pp)),
+           "-r", str(reps), "-o", "json", "-ngl", "0" if cpu else "99"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        raise SystemExit(f"llama-bench failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+    return [{k: row.get(k) for k in ("n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns")}
+            for row in json.loads(res.stdout)]
+
+
+def measure_shapes(model: Any, *, depth: int, sizes: Sequence[int], reps: int) -> dict[str, Any]:
+    """Decode costs as a loop pays them: each size repeated (steady: llama.cpp replays its CUDA graph
+    from the third call of a shape) and the sizes cycled (every call a new shape: a re-capture each)."""
+    fill_to(model, depth)
+    steady: dict[str, list[float]] = {}
+    for n in sizes:
+        for _ in range(3):
+            timed_decode(model, n)
+        steady[str(n)] = [timed_decode(model, n) for _ in range(reps)]
+    churn: dict[str, list[float]] = {str(n): [] for n in sizes}
+    for _ in range(reps):
+        for n in sizes:
+            churn[str(n)].append(timed_decode(model, n))
+    model.clear()
+    return {"steady_s": steady, "churn_s": churn}
+
+
+def measure_costs(pairs: AgreementPairs, *, cpu: bool, depth: int, reps: int) -> dict[str, Any]:
+    """SpecChat's per-shape costs on the target and the (alpha-independent) draft: steady and churned
+    decode sizes, and a drafted token (one-token decode + greedy choice on the draft's peaked logits)."""
+    from specchat.engine.runtime import LoadedModel, ModelOptions
+
+    opts = ModelOptions(n_ctx=4096, n_gpu_layers=0 if cpu else -1)
+    sizes = [1, 2, 3, 4, 5, 6, 8, 12, 16]
+    out: dict[str, Any] = {}
+    for name, path in (("target", pairs.target), ("draft", next(iter(pairs.drafts.values())))):
+        model = LoadedModel(path, opts, n_outputs=max(sizes))
+        try:
+            out[name] = measure_shapes(model, depth=depth, sizes=sizes, reps=reps)
+            if name == "draft":
+                out["drafted_token"] = measure_draft(model, depth=depth, reps=reps * 4)
+        finally:
+            model.close()
+    return out
+
+
+def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool, out: Path, max_tokens: int,
+                repeat: int, tasks: str, site: Path) -> Path:
+    """One interleaved ``specchat bench``: SpecChat in every mode, llama-server with draft-simple at each
+    n_max and plain, on the same prompts; returns its JSON."""
+    from specchat.remote.llama_server import ManagedServer
+
+    draft = pairs.drafts[alpha]
+    gpu_layers = 0 if cpu else -1
+    draft_layers = () if cpu else ("-ngld", "99")
+    logs = out / "logs" / f"a{alpha:g}"
+    servers = [ManagedServer(server, pairs.target, draft, n_max=n, gpu_layers=gpu_layers, extra_args=draft_layers,
+                             log_dir=logs / f"n{n}") for n in SERVER_N_MAX]
+    servers.append(ManagedServer(server, pairs.target, gpu_layers=gpu_layers, log_dir=logs / "plain"))
+    json_path = out / f"bench-a{alpha:g}.json"
+    try:
+        urls = [s.start(timeout_s=300) for s in servers]
+        cmd = [sys.executable, "-m", "specchat", "--profile", str(out / "profile"), "bench",
+               "--target", str(pairs.target), "--draft", str(draft), "--modes", ",".join(LOCAL_MODES),
+               "--no-fit-check", "--task", tasks, "--max-tokens", str(max_tokens), "--repeat", str(repeat),
+               *[a for u in urls[:-1] for a in ("--server", u)], "--baseline-server", urls[-1],
+               "--json", str(json_path), *(["--gpu-layers", "0", "--draft-gpu-layers", "0"] if cpu else [])]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
+                                                                       str(ROOT / "app")) if p))
+        print(f"  alpha {alpha:g}: specchat bench ({', '.join(LOCAL_MODES)}) beside llama-server "
+              f"(draft-simple n_max {', '.join(map(str, SERVER_N_MAX))}, and plain)", flush=True)
+        with (logs / "bench.log").open("w") as log:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
+        if rc != 0:
+            tail = (logs / "bench.log").read_text(errors="replace").strip().splitlines()[-5:]
+            raise SystemExit(f"specchat bench failed ({rc}) at alpha {alpha:g}: " + " | ".join(tail))
+    finally:
+        for s in servers:
+            s.stop()
+    return json_path
+
+
+def contender_names() -> dict[str, str]:
+    names = {m: f"SpecChat {'plain' if m == 'baseline' else m}" for m in LOCAL_MODES}
+    for i, n in enumerate(SERVER_N_MAX):
+        names["server" if i == 0 else f"server-{i + 1}"] = f"llama-server draft-simple (n_max {n})"
+    names["server-plain"] = "llama-server plain"
+    return names
+
+
+def bench_table(doc: dict[str, Any]) -> list[str]:
+    """The markdown rows of one alpha's bench (every prompt pooled), x SpecChat plain."""
+    from specchat.engine.bench import BenchRun, median_runs, summarize
+    from specchat.metrics import Counts
+
+    runs = [BenchRun.from_json(r) for r in doc["runs"]]
+    names = contender_names()
+    labels = [k for k in names if any(r.mode == k for r in runs)]
+    rows = {r.mode: r for r in summarize(runs, labels, base="baseline") if r.task == "all"}
+    med = median_runs(runs)
+    lines = ["| contender | tok/s | x SpecChat plain | token acceptance | mean K | ms per drafted token | "
+             "ms per round's verify |", "|---|---|---|---|---|---|---|"]
+    for label in labels:
+        row = rows[label]
+        c = Counts.total(r.counts for r in med if r.mode == label)
+        per_draft = f"{c.draft_s / c.drafted * 1e3:.2f}" if c.drafted and c.draft_s else "-"
+        per_verify = f"{c.verify_s / c.rounds * 1e3:.2f}" if c.rounds and c.verify_s else "-"
+        acc = f"{row.token_acceptance:.0%}" if row.token_acceptance is not None else "-"
+        mult = f"{row.multiplier:.2f}x" if row.multiplier is not None else "-"
+        lines.append(f"| {names[label]} | {row.decode_tok_s:.1f} | {mult} | {acc} | "
+                     f"{row.mean_k:.1f} | {per_draft} | {per_verify} |")
+    return lines
+
+
+def report(result: dict[str, Any]) -> str:
+    """The markdown report of one measure run."""
+    costs = result["costs"]
+    med = statistics.median
+    lines = [f"# SpecChat beside llama-server on agreement pairs: {result['hardware']}", "",
+             f"{result['date']}, llama-cpp-python {result['llama_cpp_python']} ({result['backend']}), one cmake "
+             f"tree for SpecChat, llama-server and llama-bench; shapes {result['shape']} "
+             f"({result['target']}, {result['draft']}); {result['max_tokens']} tokens, tasks {result['tasks']}, "
+             f"repeat {result['repeat']}. Command: `{result['command']}`", "",
+             "## Agreement (measured: the share of 512 positions of the target's greedy path)", "",
+             "| model | follows the target |", "|---|---|"]
+    lines += [f"| {k} | {v:.1%} |" for k, v in result["agreement"].items()]
+    lines += ["", f"## Raw llama.cpp (llama-bench, depth {result['depth']})", "", "| model | test | tok/s |", "|---|---|---|"]
+    for model, rows in result["llama_bench"].items():
+        for r in rows:
+            test = f"tg{r['n_gen']}" if r.get("n_gen") else f"pp{r['n_prompt']}"
+            lines.append(f"| {model} | {test} | {r['avg_ts']:.1f} ± {r['stddev_ts']:.1f} |")
+    lines += ["", f"## Decode costs through SpecChat's runtime (depth {result['depth']}, medians)", "",
+              "Steady: one batch size repeated (on CUDA, llama.cpp replays its captured graph from the "
+              "third call of a shape). Cycled: the sizes in turn, every call a new shape (on CUDA, a graph "
+              "re-capture each; on a CPU, caches warmed by another size).", "",
+              "| model | tokens | steady ms | x one token | cycled sizes ms | cycled / steady |",
+              "|---|---|---|---|---|---|"]
+    for model in ("target", "draft"):
+        st, ch = costs[model]["steady_s"], costs[model]["churn_s"]
+        one = med(st["1"])
+        for n in st:
+            lines.append(f"| {model} | {n} | {med(st[n]) * 1e3:.3f} | {med(st[n]) / one:.2f} | "
+                         f"{med(ch[n]) * 1e3:.3f} | {med(ch[n]) / med(st[n]):.2f}x |")
+    d = costs["drafted_token"]
+    lines += ["", f"A drafted token: {med(d['decode_s']) * 1e3:.3f} ms decode + "
+              f"{med(d['greedy_choice_s']) * 1e3:.3f} ms greedy choice (the draft's peaked logits).", ""]
+    for alpha, doc in result["bench"].items():
+        lines += [f"## alpha {alpha}", "", *bench_table(doc), ""]
+    return "\n".join(lines)
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    import llama_cpp
+
+    from specchat.engine.runtime import backend_info
+
+    t_start = time.perf_counter()
+    if not args.cpu and not llama_cpp.llama_supports_gpu_offload():
+        raise SystemExit(f"{llama_cpp.__file__}: this llama.cpp has no GPU offload: run the build call (or --cpu)")
+    server = args.llama_server or tool_path(args.site, "llama-server")
+    bench_bin = args.llama_bench or tool_path(args.site, "llama-bench")
+    if not server.is_file():
+        raise SystemExit(f"{server}: no llama-server: run the build call first, or give --llama-server")
+    alphas = parse_alphas(args.alphas)
+    tokenizer = Tokenizer.from_gguf(tokenizer_file(args))
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"agreement pairs ({args.shape}) in {args.work}", flush=True)
+    pairs = make_pairs(args.shape, tokenizer, alphas, args.work, threads=os.cpu_count() or 1,
+                       quantized=not args.f16)
+    agreement_ = check_pairs(pairs, tokenizer, gpu=not args.cpu)
+    print("  " + ", ".join(f"{k} {v:.1%}" for k, v in agreement_.items()), flush=True)
+    raw: dict[str, Any] = {}
+    if bench_bin.is_file():
+        for name, path in (("target", pairs.target), ("draft", next(iter(pairs.drafts.values())))):
+            raw[name] = run_llama_bench(bench_bin, path, cpu=args.cpu, depth=args.depth, reps=args.reps,
+                                        n_gen=args.bench_tokens, pp=(2, 3, 4, 8, 16))
+        print("  llama-bench: " + "; ".join(f"{k} tg {next(r['avg_ts'] for r in v if r['n_gen']):.1f} tok/s"
+                                            for k, v in raw.items()), flush=True)
+    else:
+        print(f"  {bench_bin}: no llama-bench; its table is left out", flush=True)
+    costs = measure_costs(pairs, cpu=args.cpu, depth=args.depth, reps=args.reps)
+    bench = {}
+    for alpha in alphas:
+        path = bench_alpha(pairs, alpha, server=server, cpu=args.cpu, out=out, max_tokens=args.max_tokens,
+                           repeat=args.repeat, tasks=args.tasks, site=args.site)
+        bench[f"{alpha:g}"] = json.loads(path.read_text())
+    target_shape, draft_shape = SHAPES[args.shape]
+    result = {"hardware": hardware_name(args.cpu), "date": _dt.date.today().isoformat(),
+              "llama_cpp_python": llama_cpp.__version__, "backend": backend_info()["backend"],
+              "shape": args.shape, "target": f"{target_shape.name} {'F16' if args.f16 else 'Q4_K_M'}",
+              "draft": f"{draft_shape.name} {'F16' if args.f16 else 'Q4_K_M'}", "depth": args.depth,
+              "max_tokens": args.max_tokens, "repeat": args.repeat, "tasks": args.tasks,
+              "command": "gpu_kit.py " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["measure"] else "gpu_kit.py measure",
+              "agreement": agreement_, "llama_bench": raw, "costs": costs, "bench": bench,
+              "seconds": time.perf_counter() - t_start}
+    write_json(out / "results.json", result)
+    from specchat.files import write_text_atomically
+
+    write_text_atomically(out / "report.md", report(result) + "\n")
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:  # at most 8 files come back from a device call
+        tar.add(out / "logs", arcname="logs")
+    print(report(result), flush=True)
+    print(f"measured in {result['seconds']:.0f} s: {out / 'report.md'}, {out / 'results.json'}, "
+          f"{out / 'logs.tar.gz'}", flush=True)
+    return 0
+
+
 def tokenizer_file(args: argparse.Namespace) -> Path:
     if args.tokenizer is not None:
         return args.tokenizer
@@ -1175,13 +1496,18 @@ def parser() -> argparse.ArgumentParser:
     pack.add_argument("--sdist", type=Path, help=f"{SDIST_NAME}.tar.gz (default: pip download it)")
     pack.add_argument("--out", type=Path, default=ROOT / "gpu-kit")
     pack.add_argument("--tokenizer-from", type=Path, help=f"a Qwen2.5 GGUF (default: the test model {TEST_MODEL})")
-    for name, help_ in (("build", "build llama-cpp-python with CUDA (its own device call)"),
+    for name, help_ in (("build", "one cmake tree: llama.cpp's libraries for SpecChat, llama-server, llama-bench "
+                              "(its own device call)"),
                         ("run", "synthesise, measure, write the profile (the next device call)")):
         s = sub.add_parser(name, help=help_)
         s.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
         s.add_argument("--site", type=Path, default=DEFAULT_SITE)
         s.add_argument("--cpu", action="store_true", help="no GPU: CPU build, n_gpu_layers=0")
         s.add_argument("--jobs", type=int, default=16)
+    b = sub.choices["build"]
+    b.add_argument("--detach", action="store_true", help="build in a process of its own session (outlives the call)")
+    b.add_argument("--wait", type=float, default=0.0, help="wait up to S seconds for a detached build")
+    b.add_argument("--attached", action="store_true", help=argparse.SUPPRESS)
     run = sub.choices["run"]
     run.add_argument("--out", type=Path, default=Path("gpu-kit-out"))
     run.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where the GGUFs are made (~20 GB for qwen7b)")
@@ -1205,6 +1531,25 @@ def parser() -> argparse.ArgumentParser:
     pairs.add_argument("--check", action="store_true", help="decode with llama.cpp and print the measured agreement")
     pairs.add_argument("--cpu", action="store_true", help="check on the CPU")
     pairs.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    m = sub.add_parser("measure", help="agreement pairs, llama-bench, SpecChat's shape costs and one bench per "
+                                       "alpha beside llama-server: report.md, results.json, logs.tar.gz")
+    m.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
+    m.add_argument("--site", type=Path, default=DEFAULT_SITE)
+    m.add_argument("--out", type=Path, default=Path("gpu-kit-out"))
+    m.add_argument("--work", type=Path, default=DEFAULT_WORK / "pairs", help="where the pairs are made")
+    m.add_argument("--shape", choices=sorted(SHAPES), default="qwen7b")
+    m.add_argument("--alphas", default="0.6,0.8,0.9")
+    m.add_argument("--tokenizer", type=Path, default=None)
+    m.add_argument("--f16", action="store_true", help="F16 pairs (no Q4_K_M): quicker, for the CPU proof")
+    m.add_argument("--cpu", action="store_true", help="no GPU: n_gpu_layers 0 everywhere")
+    m.add_argument("--llama-server", type=Path, default=None, help="default: the kit build's")
+    m.add_argument("--llama-bench", type=Path, default=None, help="default: the kit build's (left out if missing)")
+    m.add_argument("--depth", type=int, default=256)
+    m.add_argument("--reps", type=int, default=5)
+    m.add_argument("--bench-tokens", type=int, default=128, help="llama-bench's tg length")
+    m.add_argument("--max-tokens", type=int, default=256)
+    m.add_argument("--repeat", type=int, default=1)
+    m.add_argument("--tasks", default="code,chat")
     return p
 
 
@@ -1215,7 +1560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         preload_cuda_shim(args.site)
     import specchat  # noqa: F401  (before numpy: llama.cpp's library first, specchat/__init__.py says why)
 
-    return {"pack": cmd_pack, "build": cmd_build, "run": cmd_run, "pairs": cmd_pairs}[args.command](args)
+    return {"pack": cmd_pack, "build": cmd_build, "run": cmd_run, "pairs": cmd_pairs,
+            "measure": cmd_measure}[args.command](args)
 
 
 if __name__ == "__main__":

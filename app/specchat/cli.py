@@ -148,8 +148,9 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                        help="draft tokens per position the trace records (default 16)")
     bench.add_argument("--save-profile", type=Path, metavar="FILE", default=None,
                        help="write this machine's cost profile (from the calibration and the measured rounds)")
-    bench.add_argument("--server", metavar="NAME|URL", default=None,
-                       help="also bench this server (the one with the draft), in the same run")
+    bench.add_argument("--server", metavar="NAME|URL", action="append", default=None,
+                       help="also bench this server (the one with the draft), in the same run; repeatable: "
+                            "labelled server, server-2, ...")
     bench.add_argument("--baseline-server", metavar="NAME|URL", default=None,
                        help="a server with the same model and no draft: the server's plain reference")
     bench.add_argument("--reference", action="store_true",

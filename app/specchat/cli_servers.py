@@ -120,6 +120,15 @@ def server_events(backend, args: argparse.Namespace, messages: list[dict[str, st
     return backend.answer(request, CancelToken())
 
 
+def server_labels(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(label, NAME|URL) of every ``--server`` (server, server-2, ...) and ``--baseline-server`` (server-plain)."""
+    servers = args.server or []
+    if isinstance(servers, str):
+        servers = [servers]
+    out = [("server" if i == 0 else f"server-{i + 1}", s) for i, s in enumerate(servers)]
+    return out + ([("server-plain", args.baseline_server)] if args.baseline_server else [])
+
+
 def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_table) -> list:
     """The server contenders (``--server``, and ``--baseline-server`` as its plain reference) after the
     local ones, in one interleaved run."""
@@ -128,7 +137,7 @@ def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_tab
     contenders = list(local_contenders)
     backends = []
     try:
-        for flag, label in ((args.server, "server"), (args.baseline_server, "server-plain")):
+        for label, flag in server_labels(args):
             if flag:
                 backend = remote_backend(args, flag)
                 backends.append(backend)
@@ -171,14 +180,15 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
                   + f"; threads {pair.target.n_threads}, ctx {pair.target.n_ctx}", flush=True)
         runs = bench_servers(args, prompts, contenders, format_table)
     labels = [label for label in [m.value for m in modes] if local] + \
-        [x for x, flag in (("server", args.server), ("server-plain", args.baseline_server)) if flag]
+        [label for label, _ in server_labels(args)]
     base = Mode.BASELINE.value if local and Mode.BASELINE in modes else "server-plain"
     rows = summarize(runs, labels, base=base)
     print(f"temp {sampling.temperature}, max tokens {args.max_tokens}, repeat {args.repeat}; x plain against "
           f"{'this machine' if base == Mode.BASELINE.value else 'the baseline server'}'s plain decoding")
     print(format_table(rows))
     if args.json:
-        doc = {"server": args.server, "baseline_server": args.baseline_server,
+        doc = {"server": (args.server or [None])[0], "servers": dict(server_labels(args)),
+               "baseline_server": args.baseline_server,
                "target": args.target.name if local else None,
                "draft": args.draft.name if local and args.draft else None,
                "temp": sampling.temperature, "max_tokens": args.max_tokens, "repeat": args.repeat,

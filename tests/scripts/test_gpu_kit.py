@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import gpu_kit  # scripts/gpu_kit.py, put on sys.path by tests/conftest.py
+import test_server  # scripts/test_server.py, likewise
 from specchat.models.gguf_header import validate_file
 
 TINY = gpu_kit.Shape("test-tiny", 2, 64, 2, 1, 128, None, tied=False)
@@ -116,7 +117,13 @@ def test_the_real_shapes_match_the_qwen_configs():
     ("llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama.cpp", True),
     ("llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp", False),
     ("llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf", False),
-    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/server/server.cpp", False),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/server/server.cpp", True),  # one tree: llama-server too
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/llama-bench/llama-bench.cpp", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/ui/CMakeLists.txt", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/ui/src/lib/app.ts", False),  # the web UI is off
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/scripts/ui-assets.cmake", True),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/scripts/compare-llama-bench.py", False),
+    ("llama_cpp_python-0.3.36/vendor/llama.cpp/tools/mtmd/test-1.jpeg.webp", False),
     ("llama_cpp_python-0.3.36/.git/modules/vendor/llama.cpp/objects/pack/p.pack", False),
     ("llama_cpp_python-0.3.36/docs/index.md", False),
 ])
@@ -323,3 +330,44 @@ def test_specchats_greedy_answer_is_the_same_in_every_mode_on_an_agreement_pair(
     assert all(answers[m] == answers[Mode.BASELINE] for m in answers), {m.value: a[:12] for m, a in answers.items()}
     draft = counts[Mode.DRAFT]
     assert draft.drafted > 20 and 0.7 <= draft.accepted / draft.drafted <= 1.0  # the draft ran, at about alpha
+
+
+# -- the side by side, proven on the CPU: tiny pairs, the test llama-server ---------------------
+
+LLAMA_SERVER = test_server.cached_binary(test_server.build_root())  # read at collection (the XDG dirs move)
+
+
+@pytest.mark.real_models
+@pytest.mark.real_server
+def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qwen_draft, tmp_path, capsys):
+    if LLAMA_SERVER is None:
+        reason = "no llama-server built: run python scripts/test_server.py"
+        pytest.fail(reason) if os.environ.get("CI") else pytest.skip(reason)
+    out = tmp_path / "out"
+
+    rc = gpu_kit.main(["measure", "--cpu", "--shape", "tiny", "--f16", "--alphas", "0.9", "--tokenizer", str(qwen_draft),
+                       "--work", str(tmp_path / "pairs"), "--out", str(out), "--site", str(tmp_path / "no-site"),
+                       "--llama-server", str(LLAMA_SERVER), "--llama-bench", str(tmp_path / "none"),
+                       "--max-tokens", "24", "--tasks", "code", "--reps", "2", "--depth", "64"])
+
+    assert rc == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["bench-a0.9.json", "logs.tar.gz", "report.md",
+                                                                    "results.json"]
+    result = json.loads((out / "results.json").read_text())
+    assert result["agreement"]["target"] == 1.0 and result["agreement"]["draft 0.9"] > 0.8
+    runs = result["bench"]["0.9"]["runs"]
+    labels = {r["mode"] for r in runs}
+    assert labels == {"baseline", "draft", "lookup", "auto", "server", "server-2", "server-plain"}
+    local = {r["prompt_id"]: r["token_ids"] for r in runs if r["mode"] == "baseline"}
+    for r in runs:  # lossless everywhere: every contender writes the target's greedy answer
+        assert r["token_ids"][:len(local[r["prompt_id"]])] == local[r["prompt_id"]][:len(r["token_ids"])], r["mode"]
+    drafted = [r for r in runs if r["mode"] == "draft"]
+    assert sum(r["drafted"] for r in drafted) > 0 and sum(r["accepted"] for r in drafted) > 0
+    server = [r for r in runs if r["mode"] == "server"]
+    assert all(r["tokens"] > 0 for r in server)
+    costs = result["costs"]
+    assert set(costs["target"]["steady_s"]) == set(costs["target"]["churn_s"]) >= {"1", "4", "16"}
+    report = (out / "report.md").read_text()
+    for needle in ("## alpha 0.9", "llama-server draft-simple (n_max 3)", "llama-server draft-simple (n_max 8)",
+                   "llama-server plain", "SpecChat auto", "cycled / steady", "x SpecChat plain"):
+        assert needle in report
