@@ -104,6 +104,11 @@ def warn(message: str) -> None:
     log.warning(one_line(message, 2000))
 
 
+def lock_file(path: Path) -> Path:
+    """The lock file :func:`locked` uses for ``path`` (made on first use, then left in place)."""
+    return path.with_name(path.name + ".lock")
+
+
 @contextlib.contextmanager
 def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold ``NAME.lock`` beside ``path`` (filelock: released by the OS when a process dies).
@@ -113,7 +118,7 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{path}.lock", timeout=timeout)
+    lock = FileLock(str(lock_file(path)), timeout=timeout)
     try:
         lock.acquire()
     except Timeout:

@@ -293,3 +293,30 @@ def test_salvaging_a_hostile_registry_of_the_largest_size_finishes(tmp_path, hos
     assert Registry(path).models() == []
     assert time.monotonic() - t0 < 60  # a deadline, not a speed figure: it must not hang
     assert len(list(tmp_path.glob("registry.json.corrupt-*"))) == 1
+
+
+def test_a_reader_never_sees_an_empty_registry_while_another_process_repairs_it(tmp_path, ggufs):
+    """A repair moves the damaged file aside, then writes the rebuilt one, under the lock; a reader
+    that finds no file then waits for that lock instead of reading an empty registry."""
+    import threading
+
+    from specchat import files
+
+    path = tmp_path / "registry.json"
+    Registry(path).add(ggufs[0])
+    good = path.read_text()
+    seen: list[int] = []
+    with files.locked(path):  # the other process, mid-repair: the file is aside, the new one not written
+        path.rename(tmp_path / "registry.json.corrupt-x")
+        reader = threading.Thread(target=lambda: seen.append(len(Registry(path).models())))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not seen  # it waits for the lock, whatever the machine's load
+        files.write_text_atomically(path, good)
+    reader.join(30)
+    assert seen == [1]
+
+
+def test_a_missing_registry_in_a_fresh_folder_is_empty_and_makes_no_file(tmp_path):
+    assert Registry(tmp_path / "registry.json").models() == []
+    assert list(tmp_path.iterdir()) == []

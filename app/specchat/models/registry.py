@@ -363,12 +363,23 @@ class Registry:
         if stamp is not None and stamp == self._stamp:
             return
         raw = self._read_raw()
-        doc, _ = self._check(raw) if raw is not None else ({}, None)
+        doc, _ = self._check(raw) if raw is not None else (None, None)
         if doc is not None:
             self._doc, self._stamp = doc, stamp
             return
-        with self._lock():  # damaged: repair it once, whichever process gets here first
-            self._doc, self._stamp = self._load_locked(), self._file_stamp()
+        # Damaged: repair it once, whichever process gets here first.  Missing where a lock was ever
+        # taken: another process may be between moving a damaged file aside and writing the rebuilt
+        # one, under that lock, so look again under it (an unlocked read saw an empty registry there).
+        if raw is None and not files.lock_file(self.path).exists():
+            self._doc, self._stamp = {}, None  # a fresh profile: nothing was ever written here
+            return
+        try:
+            with self._lock():
+                self._doc, self._stamp = self._load_locked(), self._file_stamp()
+        except RegistryError:
+            if raw is not None:
+                raise
+            self._doc, self._stamp = {}, None  # no registry, and no lock to be had (a read-only folder)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
