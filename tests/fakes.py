@@ -56,6 +56,7 @@ class FakeSpec:
     can_trim: bool = True
     costs: dict[int, float] = field(default_factory=lambda: {1: 0.010, 2: 0.011, 3: 0.012, 5: 0.014, 9: 0.018})
     draft_cost_s: float = 0.001
+    shape_sensitive: bool = False  # decode costs depend on the batch shape (llama.cpp's CUDA graphs)
 
 
 class FakeModel(LoadedModel):
@@ -75,6 +76,8 @@ class FakeModel(LoadedModel):
         self.add_bos = False
         self.tokens: list[int] = []
         self.decode_calls = 0
+        self.shape_sensitive = spec.shape_sensitive
+        self.shapes: list[int] = []  # the batch size of every decode, in order
         self._rows: list[np.ndarray] = []
         self._closed = False
 
@@ -93,6 +96,12 @@ class FakeModel(LoadedModel):
         if self.is_draft and self.spec.miss_every and pos % self.spec.miss_every == self.spec.miss_every - 1:
             token = (token + 1) % 256
         return token
+
+    def recaptures(self, since: int = 0) -> int:
+        """Decodes from ``since`` on that llama.cpp's CUDA backend would re-capture a graph for:
+        it replays only after two calls of the same shape."""
+        shapes = self.shapes[since:]
+        return sum(1 for i, n in enumerate(shapes) if i < 2 or n != shapes[i - 1] or n != shapes[i - 2])
 
     def _row(self, token: int) -> np.ndarray:
         row = np.full(N_VOCAB, -10.0, dtype=np.float32)
@@ -148,6 +157,7 @@ class FakeModel(LoadedModel):
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > {self.n_ctx}")
         self.decode_calls += 1
+        self.shapes.append(len(tokens))
         if self.spec.decode_s:
             time.sleep(self.spec.decode_s)
         start = len(self.tokens)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from .runtime import LoadedModel
 from .sampling import greedy_choice
 from .settings import Drafter
+from .shapes import CATCH_UP_ONE_BY_ONE
 
 
 class ModelDrafter:
@@ -45,7 +46,13 @@ class ModelDrafter:
         keep = min(m.keep_prefix(context), len(context) - 1)
         m.trim(keep)
         self.last_catch_up = len(context) - keep - 1
-        m.decode(context[keep:], logits="last")
+        todo = context[keep:]
+        if m.shape_sensitive and 1 < len(todo) <= CATCH_UP_ONE_BY_ONE:
+            # every draft decode a 1-token decode: a batch between the steps re-captures (shapes.py)
+            for tok in todo[:-1]:
+                m.decode([tok], logits="none")
+            todo = todo[-1:]
+        m.decode(todo, logits="last")
         out: list[int] = []
         while True:
             tok, confident = greedy_choice(m.logits(-1), floor)

@@ -31,6 +31,7 @@ from .events import (
 from .runtime import LlamaError
 from .sampling import TargetSampler
 from .settings import Drafter, GrammarError, Mode, SamplingSettings
+from .shapes import VerifyShape
 from .verify import accepted_count, sample_and_match
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ def generate(
     model = drafter_model if use_model else None  # the draft model, when this answer may use it
 
     sampler: TargetSampler | None = None
+    # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
+    shape = VerifyShape() if target.shape_sensitive and (use_model or use_lookup) else None
     pair.lookup.reset()
     controller.start_answer()
     try:
@@ -185,8 +188,12 @@ def generate(
             drafted = sampler.allowed_prefix(drafted)  # under a grammar: what it forbids would be rejected
 
             base = len(target.tokens)
+            batch = [history[-1], *drafted]
+            if shape is not None:  # padded to the held shape; the padding rows are never sampled
+                size = shape.size_for(len(batch), target.n_ctx - base)
+                batch += [batch[-1]] * (size - len(batch))
             t_v = time.perf_counter()
-            target.decode([history[-1], *drafted], logits="all")
+            target.decode(batch, logits="all")
             target.logits(-1)  # reading logits waits for the computation (async backends)
             verify_s = time.perf_counter() - t_v
             emitted = sample_and_match(sampler.sample, drafted, limit=max_tokens - n_generated,

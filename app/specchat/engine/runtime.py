@@ -70,6 +70,22 @@ def last_log_error() -> str:
     return ""
 
 
+_cuda_graphs: bool | None = None
+
+
+def cuda_graphs() -> bool:
+    """Whether llama.cpp runs offloaded decodes through CUDA graphs here (a CUDA build, graphs not
+    disabled by ``GGML_CUDA_DISABLE_GRAPHS``): then a decode's cost depends on its batch shape
+    staying the same (engine/shapes.py)."""
+    global _cuda_graphs
+    if _cuda_graphs is None:
+        init_backend()
+        system = llama_cpp.llama_print_system_info().decode(errors="replace").upper()
+        _cuda_graphs = (bool(llama_cpp.llama_supports_gpu_offload()) and "CUDA" in system
+                        and not os.environ.get("GGML_CUDA_DISABLE_GRAPHS"))
+    return _cuda_graphs
+
+
 def backend_info() -> dict[str, str]:
     """Versions and the compute backend in use, for --version and the About box."""
     init_backend()
@@ -164,6 +180,8 @@ class LoadedModel:
             raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))
         self._ctx: llama_cpp.llama_context_p | None = None
         self._batch: llama_cpp.llama_batch | None = None
+        # its decodes replay CUDA graphs: the loop keeps the shapes it feeds it (engine/shapes.py)
+        self.shape_sensitive = options.n_gpu_layers != 0 and cuda_graphs()
         try:
             self._init_context(options, n_outputs)
         except BaseException:

@@ -1,0 +1,116 @@
+"""The shapes a round feeds llama.cpp (engine/shapes.py): steady where CUDA graphs make them cost.
+
+The fake records every decode's batch size and counts the decodes llama.cpp's CUDA backend
+would re-capture a graph for (it replays only after two calls of one shape).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeSpec, fake_pair
+from specchat.engine import Done, Mode, RoundStats, TokensEmitted
+from specchat.engine.pair import PairConfig
+from specchat.engine.shapes import CATCH_UP_ONE_BY_ONE, VerifyShape
+
+MSGS = [{"role": "user", "content": "hello"}]
+
+
+def answer(shape_sensitive: bool, mode: Mode, *, miss_every: int = 4, max_tokens: int = 400):
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")),
+                     FakeSpec(shape_sensitive=shape_sensitive, miss_every=miss_every, answer_tokens=400))
+    prompt = pair.chat_prompt(MSGS).tokens
+    tokens, rounds, done = [], [], None
+    for ev in pair.generate(prompt, mode=mode, max_tokens=max_tokens):
+        if isinstance(ev, TokensEmitted):
+            tokens += ev.token_ids
+        elif isinstance(ev, RoundStats):
+            rounds.append(ev)
+        elif isinstance(ev, Done):
+            done = ev
+    return pair, tokens, rounds, done
+
+
+def assert_draft_shapes_steady(pair) -> None:
+    """After the prompt every draft decode is one token, but for the long catch-ups after rounds
+    the draft did not run (a fallback to plain, lookup in auto), which go as one batch; each of
+    those costs at most three re-captures (its own and the next two steps')."""
+    long = [n for n in pair.draft.shapes[1:] if n != 1]
+    assert all(n > CATCH_UP_ONE_BY_ONE for n in long), pair.draft.shapes
+    assert pair.draft.recaptures(since=1) <= 2 + 3 * len(long)
+
+
+@pytest.mark.parametrize("miss_every", [0, 3, 4, 7])
+def test_on_a_shape_sensitive_backend_every_draft_decode_is_one_token_and_the_answer_is_unchanged(miss_every):
+    plain = answer(False, Mode.BASELINE, miss_every=miss_every)[1]
+
+    pair, tokens, rounds, _ = answer(True, Mode.DRAFT, miss_every=miss_every)
+
+    assert tokens == plain  # lossless: the padding rows are never sampled
+    assert sum(r.drafted for r in rounds) > 50
+    assert_draft_shapes_steady(pair)
+
+
+def test_on_a_cpu_the_draft_still_catches_up_in_one_batch():
+    """Nothing changes where shapes cost nothing: a fully accepted draft is caught up in one decode."""
+    pair, _tokens, rounds, _ = answer(False, Mode.DRAFT, miss_every=0)
+
+    assert any(r.accepted == r.drafted > 0 for r in rounds)
+    assert 2 in pair.draft.shapes[1:]
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.LOOKUP, Mode.AUTO])
+def test_the_verify_batch_keeps_its_size_across_rounds(mode):
+    plain = answer(False, Mode.BASELINE)[1]
+    loose_pair, _t, loose_rounds, _ = answer(False, mode)
+
+    pair, tokens, rounds, _ = answer(True, mode)
+
+    assert tokens == plain
+    verify = pair.target.shapes[1:]  # every decode after the prompt is a round's verify
+    assert len(verify) == len(rounds)
+    assert pair.target.recaptures(since=1) <= max(3, len(rounds) // 10)
+    assert pair.target.recaptures(since=1) <= loose_pair.target.recaptures(since=1)
+    assert_draft_shapes_steady(pair)  # and the draft's, whatever the mode
+    if mode is Mode.LOOKUP:  # proposals of 2 tokens and none: the batch holds 3 until 8 rounds had none
+        assert {r.drafted for r in rounds} == {0, 2} and {r.drafted for r in loose_rounds} == {0, 2}
+        assert pair.target.recaptures(since=1) < loose_pair.target.recaptures(since=1) / 2
+    if mode is Mode.AUTO:  # the draft model's short catch-ups went one by one
+        assert pair.draft.recaptures(since=1) < loose_pair.draft.recaptures(since=1) / 2
+
+
+def test_plain_decoding_is_never_padded():
+    pair, _tokens, _rounds, _ = answer(True, Mode.BASELINE)
+    assert set(pair.target.shapes[1:]) == {1}
+
+
+def test_the_held_size_grows_at_once_holds_through_a_dip_and_shrinks_after_a_window():
+    shape = VerifyShape(shrink_after=4)
+    assert [shape.size_for(n, room=100) for n in (4, 2, 4, 3)] == [4, 4, 4, 4]
+    assert shape.size_for(6, room=100) == 6  # a round that needs more gets it at once
+    assert [shape.size_for(n, room=100) for n in (3, 2, 3)] == [6, 6, 6]
+    assert shape.size_for(3, room=100) == 3  # four rounds in a row needed at most 3
+    assert shape.changes == 2
+
+
+def test_the_held_size_never_passes_the_context_nor_falls_below_the_need():
+    shape = VerifyShape()
+    assert shape.size_for(8, room=100) == 8
+    assert shape.size_for(2, room=5) == 5
+    assert shape.size_for(3, room=2) == 3  # the need itself always fits (the loop checked it)
+
+
+def test_a_long_catch_up_still_goes_in_one_batch():
+    """After rounds the draft did not run (lookup or plain in auto), one by one would cost more."""
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")), FakeSpec(shape_sensitive=True))
+    drafter = pair.model_drafter
+    context = pair.chat_prompt(MSGS).tokens
+    drafter.prefill(context)
+    grown = context + [ord("a")] * (CATCH_UP_ONE_BY_ONE + 3)
+    before = len(pair.draft.shapes)
+
+    drafter.propose(grown, 4)
+
+    assert pair.draft.shapes[before] == CATCH_UP_ONE_BY_ONE + 3
