@@ -702,11 +702,17 @@ def measure_rounds(pair: Any, prompt: list[int], *, k: int, max_tokens: int) -> 
 
 
 def measure_lookup(pair: Any, history: list[int], k: int, reps: int) -> list[float]:
-    """One prompt-lookup proposal over ``history`` (the drafter's own timer)."""
+    """Prompt-lookup proposals as a round pays them (the drafter's own timer): the index is built once
+    per answer, then each round adds the few tokens the last one emitted.  (Timing ``reset()`` plus a
+    proposal re-indexed the whole history every time: 273 us at depth 256 on the H100 run, against
+    3 us a round at 4k tokens on a 2-core CPU this way.)"""
+    pair.lookup.reset()
+    grown = list(history)
+    pair.lookup.propose(grown, k)
     out = []
-    for _ in range(reps):
-        pair.lookup.reset()
-        pair.lookup.propose(history, k)
+    for i in range(reps):
+        grown.extend(history[i % len(history): i % len(history) + 3])
+        pair.lookup.propose(grown, k)
         out.append(pair.lookup.last_seconds)
     return out
 

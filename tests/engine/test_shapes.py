@@ -74,7 +74,7 @@ def test_the_verify_batch_keeps_its_size_across_rounds(mode):
     assert pair.target.recaptures(since=1) <= max(3, len(rounds) // 10)
     assert pair.target.recaptures(since=1) <= loose_pair.target.recaptures(since=1)
     assert_draft_shapes_steady(pair)  # and the draft's, whatever the mode
-    if mode is Mode.LOOKUP:  # proposals of 2 tokens and none: the batch holds 3 until 8 rounds had none
+    if mode is Mode.LOOKUP:  # proposals of 2 tokens and none: the batch holds 3 through short dips
         assert {r.drafted for r in rounds} == {0, 2} and {r.drafted for r in loose_rounds} == {0, 2}
         assert pair.target.recaptures(since=1) < loose_pair.target.recaptures(since=1) / 2
     if mode is Mode.AUTO:  # the draft model's short catch-ups went one by one
@@ -86,17 +86,34 @@ def test_plain_decoding_is_never_padded():
     assert set(pair.target.shapes[1:]) == {1}
 
 
-def test_the_held_size_grows_at_once_holds_through_a_dip_and_shrinks_after_a_window():
-    shape = VerifyShape(shrink_after=4)
-    assert [shape.size_for(n, room=100) for n in (4, 2, 4, 3)] == [4, 4, 4, 4]
+def linear(per_row: float):
+    return lambda n: 1.0 + per_row * (n - 1)  # seconds for a verify of n rows
+
+
+def test_the_held_size_grows_at_once_and_shrinks_once_padding_has_cost_a_change():
+    shape = VerifyShape(linear(0.25), recapture_s=0.5)  # a change: two re-captured calls, 1.0 s
+    assert shape.size_for(4, room=100) == 4
     assert shape.size_for(6, room=100) == 6  # a round that needs more gets it at once
-    assert [shape.size_for(n, room=100) for n in (3, 2, 3)] == [6, 6, 6]
-    assert shape.size_for(3, room=100) == 3  # four rounds in a row needed at most 3
+    assert shape.size_for(3, room=100) == 6  # wastes 0.75 s of padding: less than a change
+    assert shape.size_for(2, room=100) == 3  # 0.75 + 1.0 >= 1.0: shrinks to the largest need of the dip
     assert shape.changes == 2
 
 
+def test_a_need_that_fits_exactly_starts_the_waste_over():
+    shape = VerifyShape(linear(0.25), recapture_s=0.5)
+    assert [shape.size_for(n, room=100) for n in (5, 4, 5, 4, 5, 4)] == [5] * 6  # 0.25 s, then again from 0
+    assert shape.changes == 0
+
+
+def test_a_flat_verify_curve_never_shrinks_and_a_steep_one_follows_at_once():
+    flat = VerifyShape(lambda n: 1.0, recapture_s=0.5)
+    assert [flat.size_for(n, room=100) for n in (8, 1, 1, 1, 1, 1)] == [8] * 6
+    steep = VerifyShape(linear(2.0), recapture_s=0.5)
+    assert [steep.size_for(n, room=100) for n in (8, 1, 1)] == [8, 1, 1]
+
+
 def test_the_held_size_never_passes_the_context_nor_falls_below_the_need():
-    shape = VerifyShape()
+    shape = VerifyShape(lambda n: 1.0)
     assert shape.size_for(8, room=100) == 8
     assert shape.size_for(2, room=5) == 5
     assert shape.size_for(3, room=2) == 3  # the need itself always fits (the loop checked it)

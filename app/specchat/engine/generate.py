@@ -122,7 +122,8 @@ def generate(
 
     sampler: TargetSampler | None = None
     # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
-    shape = VerifyShape() if target.shape_sensitive and (use_model or use_lookup) else None
+    shape = (VerifyShape(controller.costs.verify) if target.shape_sensitive and (use_model or use_lookup)
+             else None)
     pair.lookup.reset()
     controller.start_answer()
     try:

@@ -18,9 +18,9 @@ So on such a backend (``LoadedModel.shape_sensitive``) the loop keeps its shapes
 - the draft decodes a short catch-up one token at a time (:data:`CATCH_UP_ONE_BY_ONE`), so all
   its decodes are 1-token decodes;
 - the target's verify batch is padded to a held size (:class:`VerifyShape`), which grows at once
-  when a round needs more and shrinks only after a window of rounds that all needed less.  The
-  padding rows are never sampled (a causal model's earlier rows do not see later tokens) and
-  are trimmed with the rejected drafts.
+  when a round needs more and shrinks when the padding it wastes has cost as much as a change.
+  The padding rows are never sampled (a causal model's earlier rows do not see later tokens)
+  and are trimmed with the rejected drafts.
 
 On a CPU nothing here runs: there, a batch costs less than its tokens one by one, and no
 shape is cached.
@@ -28,7 +28,7 @@ shape is cached.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable
 
 # A catch-up of n tokens as one batch costs a churned n-token decode (3 tokens: 4.4 ms) plus the
 # re-capture of the next two 1-token steps (2 x (3.0 - 1.14) ms): ~8 ms for n = 3; one by one it
@@ -36,29 +36,44 @@ from collections import deque
 # run) go as one batch.
 CATCH_UP_ONE_BY_ONE = 6
 
-# Rounds that must all need a smaller verify batch before the held size shrinks to their largest:
-# a smaller shape is one re-capture (~2 ms on the H100's 7B) and the padding it saves is a few
-# rows' worth (1.40x -> 1.0x of a token), so a short dip is not worth a change.
-SHRINK_AFTER = 8
+# A change of shape re-captures on its call and the next (llama.cpp replays from the third call of a
+# shape).  What one re-captured call costs, until the loop measures it: 1-token decodes of the
+# 0.5B shape took 3.0 ms when every third call was a 3-token batch and 1.14 ms in a steady stream.
+RECAPTURE_S = 1.86e-3
+CALLS_PER_CHANGE = 2
 
 
 class VerifyShape:
-    """The verify batch size to feed a shape-sensitive target, one answer long."""
+    """The verify batch size to feed a shape-sensitive target, one answer long.
 
-    def __init__(self, shrink_after: int = SHRINK_AFTER) -> None:
+    It grows at once when a round needs more rows.  It shrinks the way one rents skis: each round
+    that needs fewer rows wastes ``verify_s(held) - verify_s(needed)`` on padding, and once the waste
+    since the held size last fitted a round exactly reaches the cost of a change (two re-captured
+    calls), it shrinks to the largest need of those rounds.  Never more than twice the best choice
+    made in hindsight; with ``verify_s`` flat it never shrinks, with a steep one it follows at once.
+    """
+
+    def __init__(self, verify_s: Callable[[int], float], recapture_s: float = RECAPTURE_S) -> None:
+        self.verify_s = verify_s
+        self.change_s = CALLS_PER_CHANGE * recapture_s
         self.size = 0
         self.changes = 0  # how many times the held size changed (each a re-capture)
-        self._recent: deque[int] = deque(maxlen=max(1, shrink_after))
+        self._waste = 0.0
+        self._largest = 0  # the largest need since the held size last fitted a round
 
     def size_for(self, needed: int, room: int) -> int:
         """The batch size for a round that needs ``needed`` rows, at most ``room`` (the context's
         free cells); never less than ``needed``."""
-        self._recent.append(needed)
         held = self.size
-        if needed > held:
+        if needed >= held:
+            self._waste, self._largest = 0.0, 0
             held = needed
-        elif len(self._recent) == self._recent.maxlen and max(self._recent) < held:
-            held = max(self._recent)
+        else:
+            self._largest = max(self._largest, needed)
+            self._waste += self.verify_s(held) - self.verify_s(needed)
+            if self._waste >= self.change_s:
+                held, self._waste, self._largest = self._largest, 0.0, 0
         if held != self.size:
-            self.size, self.changes = held, self.changes + (self.size != 0)
+            self.changes += self.size != 0
+            self.size = held
         return max(needed, min(self.size, room))

@@ -38,6 +38,7 @@ from .calibration import batch_sizes
 from .controller import CostModel, DraftController
 from .events import RoundStats
 from .settings import ControllerSettings, Drafter, Mode
+from .shapes import CATCH_UP_ONE_BY_ONE, VerifyShape
 from .trace import PromptTrace, Trace
 
 PROFILE_VERSION = 1
@@ -67,6 +68,10 @@ class CostProfile:
     overhead_s: float = 0.0  # SpecChat's loop per round, outside llama.cpp
     lookup_s: float = 0.0  # one prompt-lookup proposal
     noise: float = 0.0  # relative standard deviation of one measured cost
+    # seconds a change of batch shape costs one decode where llama.cpp replays CUDA graphs (0: shapes
+    # cost nothing, a CPU); with it the simulator runs the loop of engine/shapes.py: verify batches
+    # padded to a held size, short draft catch-ups one token at a time
+    recapture_s: float = 0.0
     hardware: str = ""
     target: str = ""
     draft: str = ""
@@ -97,6 +102,7 @@ class CostProfile:
             "verify_x": {str(n): num(f"verify_x.{n}", x) for n, x in sorted(self.verify_x.items())},
             "draft_x": num("draft_x", self.draft_x), "overhead_s": num("overhead_s", self.overhead_s),
             "lookup_s": num("lookup_s", self.lookup_s), "noise": num("noise", self.noise),
+            **({"recapture_s": num("recapture_s", self.recapture_s)} if self.recapture_s else {}),
             "notes": list(self.notes),
         }
 
@@ -146,6 +152,7 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
         overhead_s=_number(doc, "overhead_s", where, sources, lo=0.0, hi=10.0, default=0.0),
         lookup_s=_number(doc, "lookup_s", where, sources, lo=0.0, hi=10.0, default=0.0),
         noise=_number(doc, "noise", where, sources, lo=0.0, hi=1.0, default=0.0),
+        recapture_s=_number(doc, "recapture_s", where, sources, lo=0.0, hi=10.0, default=0.0),
         hardware=str(doc.get("hardware", ""))[:200], target=str(doc.get("target", ""))[:200],
         draft=str(doc.get("draft", ""))[:200], sources=sources,
         notes=tuple(str(n)[:500] for n in doc.get("notes", []) if isinstance(n, str))
@@ -285,6 +292,10 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     n_generated = 1
     draft_valid = pt.prompt_tokens  # prompt + answer tokens the draft's cache holds (after its prefill)
     index = 0
+    # shapes (engine/shapes.py): a change re-captures on its call and the next (replay from the third)
+    recapture = profile.recapture_s
+    shape = (VerifyShape(profile.verify_s, recapture) if recapture and (plan_a.use_model or plan_a.use_lookup)
+             else None)
     while i < n_tokens - 1:
         k_cap = min(pt.max_tokens - n_generated - 1, cs.k_max)
         available: dict[Drafter, int] = {}
@@ -309,7 +320,12 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
                 n += 1
             by_k = n == plan.k
             decoded = n - 1 if by_k else n  # drafted tokens the draft decoded (the last one is not, at K)
-            draft_s += clock(profile.draft_s * profile.verify_s(1 + catch_up) / profile.token_s)
+            if shape is not None and 0 < catch_up < CATCH_UP_ONE_BY_ONE:  # one 1-token decode each
+                draft_s += sum(clock(profile.draft_s) for _ in range(catch_up + 1))
+            else:
+                draft_s += clock(profile.draft_s * profile.verify_s(1 + catch_up) / profile.token_s)
+                if recapture and catch_up:  # the batch, and the two 1-token steps after it
+                    draft_s += clock(3 * recapture)
             draft_s += sum(clock(profile.draft_s) for _ in range(decoded))
             drafted = n if n >= max(policy.n_min, 1) else 0
             accepted = min(pt.draft_match[i], drafted)
@@ -317,7 +333,13 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
         elif plan.drafter is Drafter.LOOKUP:
             drafted = plan.k
             accepted = min(pt.lookup_match[i], drafted)
-        verify_s = clock(profile.verify_s(drafted + 1))
+        if shape is not None:
+            changes = shape.changes
+            verify_s = clock(profile.verify_s(shape.size_for(drafted + 1, 1 << 30)))
+            if shape.changes > changes:
+                verify_s += clock(2 * recapture)
+        else:
+            verify_s = clock(profile.verify_s(drafted + 1))
         overhead_s = clock(profile.overhead_s)
         last = i + accepted + 1  # the target's own token after the accepted drafts ...
         emitted = accepted + 1
