@@ -131,3 +131,12 @@ def test_a_long_catch_up_still_goes_in_one_batch():
     drafter.propose(grown, 4)
 
     assert pair.draft.shapes[before] == CATCH_UP_ONE_BY_ONE + 3
+
+
+def test_each_round_says_the_batch_it_verified_so_the_costs_learn_the_size_that_was_paid():
+    pair, _tokens, rounds, _ = answer(True, Mode.LOOKUP)
+
+    assert [r.verify_rows for r in rounds] == pair.target.shapes[1:]
+    assert any(r.verify_rows > r.drafted + 1 for r in rounds)  # padded rounds, learned at their padded size
+    plain_pair, _t, plain_rounds, _ = answer(False, Mode.LOOKUP)
+    assert [r.verify_rows for r in plain_rounds] == [r.drafted + 1 for r in plain_rounds]

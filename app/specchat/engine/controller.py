@@ -275,7 +275,7 @@ class DraftController:
         s = self.settings
         counts = r.counts  # built once: at GPU token times each Counts costs a few µs of a 5 ms round
         self.answer += counts
-        self.costs.observe_verify(r.drafted + 1, r.verify_s)
+        self.costs.observe_verify(r.verify_rows, r.verify_s)  # the padded size, where the loop pads
         self.costs.observe_overhead(r.overhead_s)
         events: list[Fallback] = []
         for name in self._since_probe:

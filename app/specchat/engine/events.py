@@ -70,6 +70,12 @@ class RoundStats:
     catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
     fallback: bool = False  # plain because a guard rail tripped (not by choice of the cost model)
     phase: str = ""  # "reasoning" or "answer" once engine.phases has filed it; "" before
+    verify_n: int = 0  # rows of the verify batch, padding included (engine/shapes.py); 0: drafted + 1
+
+    @property
+    def verify_rows(self) -> int:
+        """The batch size ``verify_s`` paid for."""
+        return self.verify_n or self.drafted + 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", Drafter(self.drafter))  # a plain "model" becomes the enum

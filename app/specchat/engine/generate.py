@@ -218,6 +218,7 @@ def generate(
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
                 catch_up=catch_up,
                 fallback=plan.fallback,
+                verify_n=len(batch),
             )
             round_index += 1
             yield from chunks

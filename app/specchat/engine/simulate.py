@@ -333,9 +333,11 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
         elif plan.drafter is Drafter.LOOKUP:
             drafted = plan.k
             accepted = min(pt.lookup_match[i], drafted)
+        verify_n = drafted + 1
         if shape is not None:
             changes = shape.changes
-            verify_s = clock(profile.verify_s(shape.size_for(drafted + 1, 1 << 30)))
+            verify_n = shape.size_for(drafted + 1, 1 << 30)
+            verify_s = clock(profile.verify_s(verify_n))
             if shape.changes > changes:
                 verify_s += clock(2 * recapture)
         else:
@@ -349,7 +351,7 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
         stats = RoundStats(index=index, drafter=plan.drafter if drafted else Drafter.NONE,
                            k=plan.k if drafted else 0, drafted=drafted, accepted=accepted, emitted=emitted,
                            draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, catch_up=catch_up,
-                           fallback=plan.fallback)
+                           fallback=plan.fallback, verify_n=verify_n)
         rounds += stats.counts
         decode_s += stats.wall_s
         if on_round is not None:
