@@ -316,6 +316,21 @@ def _add_shape(writer: Any, shape: Shape, tokenizer: Tokenizer, n_vocab: int) ->
     tokenizer.write_to(writer, n_vocab)
 
 
+def _write_header(writer: Any, plan: list[tuple[str, tuple[int, ...], bool]]) -> None:
+    """The tensor infos of ``plan`` (F16 matrices, F32 vectors) and the header, before the data."""
+    import gguf
+    import numpy as np
+
+    for name, dims, matrix in plan:
+        dtype = np.float16 if matrix else np.float32
+        raw = gguf.GGMLQuantizationType.F16 if matrix else gguf.GGMLQuantizationType.F32
+        writer.add_tensor_info(name, dims, np.dtype(dtype), int(np.prod(dims)) * np.dtype(dtype).itemsize,
+                               raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+
+
 def write_random_gguf(path: Path, shape: Shape, tokenizer: Tokenizer, *, seed: int = 0,
                       pool_size: int = 1 << 24) -> int:
     """A Qwen2 GGUF of ``shape`` with random F16 matrices (F32 norms = 1 and biases), written one
@@ -329,14 +344,7 @@ def write_random_gguf(path: Path, shape: Shape, tokenizer: Tokenizer, *, seed: i
     writer = gguf.GGUFWriter(str(tmp), "qwen2")
     writer.add_name(f"{shape.name} (random weights, SpecChat GPU kit)")
     _add_shape(writer, shape, tokenizer, n_vocab)
-    for name, dims, matrix in plan:
-        dtype = np.float16 if matrix else np.float32
-        raw = gguf.GGMLQuantizationType.F16 if matrix else gguf.GGMLQuantizationType.F32
-        nbytes = int(np.prod(dims)) * np.dtype(dtype).itemsize
-        writer.add_tensor_info(name, dims, np.dtype(dtype), nbytes, raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
+    _write_header(writer, plan)
     pool = _RandomPool(pool_size, seed)
     for name, dims, matrix in plan:
         n = int(np.prod(dims))
@@ -464,14 +472,7 @@ def write_bigram_gguf(path: Path, shape: Shape, tokenizer: Tokenizer, nxt: Any, 
     writer = gguf.GGUFWriter(str(tmp), "qwen2")
     writer.add_name(f"{shape.name} agreement model (bigram, zeroed output projections, SpecChat GPU kit)")
     _add_shape(writer, shape, tokenizer, n_vocab)
-    for name, dims, matrix in plan:
-        dtype = np.float16 if matrix else np.float32
-        raw = gguf.GGMLQuantizationType.F16 if matrix else gguf.GGMLQuantizationType.F32
-        writer.add_tensor_info(name, dims, np.dtype(dtype), int(np.prod(dims)) * np.dtype(dtype).itemsize,
-                               raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
+    _write_header(writer, plan)
     pool = _RandomPool(1 << 22, seed + 7)
     for name, dims, matrix in plan:
         n = int(np.prod(dims))
