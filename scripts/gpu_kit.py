@@ -1180,7 +1180,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"build started (pid {proc.pid}, its own session); output in {args.site.parent / 'build.out'}",
               flush=True)
         return wait_for_build(args.site, args.wait)
-    if args.wait and not args.attached and build_status(args.site).get("state") == "running":
+    if args.wait and not args.attached:  # a later call: only wait for (or report) the detached build
         return wait_for_build(args.site, args.wait)
     t0 = time.time()
     set_build_status(args.site, state="running", pid=os.getpid(), started=t0, error="")

@@ -371,3 +371,18 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     for needle in ("## alpha 0.9", "llama-server draft-simple (n_max 3)", "llama-server draft-simple (n_max 8)",
                    "llama-server plain", "SpecChat auto", "cycled / steady", "x SpecChat plain"):
         assert needle in report
+
+
+def test_build_wait_only_waits_for_the_detached_build_and_says_how_it_ended(tmp_path, capsys):
+    site = tmp_path / "site"
+    wait = ["build", "--site", str(site), "--kit", str(tmp_path / "no-kit"), "--wait", "0.1"]
+    assert gpu_kit.main(wait) == 1  # nothing started here: it says so, and builds nothing
+    assert "never started" in capsys.readouterr().out and not (tmp_path / "src").exists()
+    gpu_kit.set_build_status(site, state="running", pid=os.getpid(), started=0.0)
+    assert gpu_kit.main(wait) == 3  # still running after the wait: call again
+    gpu_kit.set_build_status(site, state="running", pid=2 ** 22 + 12345)
+    assert gpu_kit.main(wait) == 1 and "gone" in capsys.readouterr().out  # the machine went back
+    gpu_kit.set_build_status(site, state="done", seconds=203.0)
+    assert gpu_kit.main(wait) == 0 and "build done in 203 s" in capsys.readouterr().out
+    gpu_kit.set_build_status(site, state="failed", error="the build failed (2)")
+    assert gpu_kit.main(wait) == 1 and "the build failed (2)" in capsys.readouterr().out
