@@ -64,6 +64,14 @@ def _fraction(text: str) -> float:
     return v
 
 
+def _fractions(text: str) -> list[float]:
+    """A comma-separated list of numbers from 0 to 1 (at most 16)."""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if not 1 <= len(parts) <= 16:
+        raise argparse.ArgumentTypeError(f"'{text}': give 1 to 16 numbers between 0 and 1, comma-separated")
+    return [_fraction(t) for t in parts]
+
+
 def _setting(key: str) -> Callable[[str], int]:
     """An argparse type checked like the config's ``key`` (one range for the flag and the file)."""
     def parse(text: str) -> int:
@@ -162,8 +170,11 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                        help="only the prompts of these tasks, comma-separated (e.g. json)")
 
     sim = sub.add_parser("simulate", help="replay an agreement trace against a cost profile, with the real controller")
-    sim.add_argument("--trace", type=Path, action="append", required=True, metavar="FILE",
+    sim.add_argument("--trace", type=Path, action="append", default=[], metavar="FILE",
                      help="a trace from 'specchat bench --trace' (repeatable)")
+    sim.add_argument("--agreement", type=_fractions, default=None, metavar="ALPHAS",
+                     help="instead of a trace: the GPU kit's agreement pairs at these shares, e.g. 0.6,0.8,0.9 "
+                          "(a draft right on that share of tokens, 8 answers of 256 tokens per share)")
     sim.add_argument("--profile", dest="cost_profile", action="append", required=True, metavar="PROFILE",
                      help="a shipped profile's name, 'all' (every shipped one) or a profile file (repeatable)")
     sim.add_argument("--noise", type=_fraction, default=None, help="replace the profiles' relative timing noise")

@@ -31,10 +31,12 @@ from specchat.engine.simulate import (
     save_profile,
     shipped_profiles,
     simulate,
+    simulate_agreement,
     with_noise,
 )
 from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import PromptTrace, load_trace, record_trace
+from specchat.engine.trace import PromptTrace, Trace, load_trace, record_trace
+from specchat.errors import UserError
 from specchat.files import write_text_atomically
 
 VALIDATION_TOLERANCE = 0.10  # the simulator's multiplier must be within 10% of the measured one
@@ -47,12 +49,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     profiles = [load_profile(n) for n in names]
     if args.noise is not None:
         profiles = [with_noise(p, args.noise) for p in profiles]
-    traces = [load_trace(t) for t in args.trace]
+    if not args.trace and not args.agreement:
+        raise UserError("simulate needs --trace FILE or --agreement ALPHAS")
+    sources: list[Trace | None] = [load_trace(t) for t in args.trace]
+    if args.agreement:
+        sources.append(None)  # the agreement pairs, one controller per share
     docs = []
     first = True
-    for trace in traces:
+    for trace in sources:
         for profile in profiles:
-            result = simulate(trace, profile, seed=args.seed)
+            result = (simulate(trace, profile, seed=args.seed) if trace is not None
+                      else simulate_agreement(args.agreement, profile, seed=args.seed))
             if not first:
                 print()
             first = False

@@ -173,3 +173,20 @@ def test_the_cache_keeps_the_newest_entries_only(fake, tmp_path, monkeypatch):
     cache.write_text(json.dumps({f"old{i}": {**good_entry(), "measured": float(i)} for i in range(5)}))
     calibration.calibrate(fake, None, 4, cache)
     assert sorted(json.loads(cache.read_text())) == sorted([calibration.cache_key(fake, None), "old4", "old3"])
+
+
+def test_on_a_shape_sensitive_backend_each_size_is_timed_steady(tmp_path):
+    """llama.cpp replays a CUDA graph from a shape's third call: the calibration times each size after
+    its first two calls (the kit's cycled curve was the thrashed one) and learns what those cost."""
+    path = tmp_path / "fake.gguf"
+    path.write_bytes(b"x")
+    target = FakeModel(path, FakeSpec(decode_s=0.0005, shape_sensitive=True))
+    costs = calibration.calibrate(target, None, 4, None)
+    sizes = target.shapes
+    for n in (2, 3, 5):
+        first = sizes.index(n)
+        assert sizes[first:first + 3] == [n, n, n]  # two fresh calls, then at least one steady
+    assert costs.recapture_s > 0
+    loose = FakeModel(path, FakeSpec(decode_s=0.0005))
+    calibration.calibrate(loose, None, 4, None)
+    assert loose.shapes.count(5) == 1 and costs.recapture_s > 0  # on a CPU: as before, once

@@ -98,7 +98,9 @@ def test_a_model_that_cannot_roll_back_runs_plain_and_says_why():
 
 
 def test_a_poor_draft_makes_the_guard_rails_fall_back_and_say_so():
-    pair = make(FakeSpec(answer_tokens=400, miss_every=1))  # the draft is always wrong
+    # the draft is always wrong, and a draft decode costs what a verify does: drafting cannot pay
+    pair = make(FakeSpec(answer_tokens=400, miss_every=1, decode_s=0.002,
+                         costs={n: 0.002 for n in (1, 2, 3, 5, 9)}, draft_cost_s=0.002))
     _, rounds, notes, done = run(pair, Mode.DRAFT)
     assert any("acceptance" in n.reason for n in notes)
     assert any(r.fallback for r in rounds) and done.stats.fallback_rounds > 0

@@ -75,7 +75,8 @@ def test_the_verify_batch_keeps_its_size_across_rounds(mode):
     assert pair.target.recaptures(since=1) <= loose_pair.target.recaptures(since=1)
     assert_draft_shapes_steady(pair)  # and the draft's, whatever the mode
     if mode is Mode.LOOKUP:  # proposals of 2 tokens and none: the batch holds 3 through short dips
-        assert {r.drafted for r in rounds} == {0, 2} and {r.drafted for r in loose_rounds} == {0, 2}
+        assert 2 in {r.drafted for r in rounds} and max(r.drafted for r in loose_rounds) == 2
+        assert max(r.verify_rows for r in rounds) == 3
         assert pair.target.recaptures(since=1) < loose_pair.target.recaptures(since=1) / 2
     if mode is Mode.AUTO:  # the draft model's short catch-ups went one by one
         assert pair.draft.recaptures(since=1) < loose_pair.draft.recaptures(since=1) / 2

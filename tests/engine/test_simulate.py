@@ -31,9 +31,10 @@ from specchat.engine.simulate import (
     replay_bench,
     shipped_profiles,
     simulate,
+    simulate_agreement,
 )
 from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import PromptTrace, Trace, record_prompt
+from specchat.engine.trace import PromptTrace, Trace, agreement_trace, record_prompt
 
 MSGS = ({"role": "user", "content": "hello"},)
 
@@ -208,3 +209,36 @@ def test_a_measured_profile_round_trips(tmp_path):
     again = load_profile(str(path))
     assert again.verify_x == p.verify_x and again.kind == "measured-cpu"
     assert json.loads(path.read_text())["token_s"]["source"].startswith("measured")
+
+
+# -- the GPU kit's agreement pairs, simulated ---------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.9])
+def test_an_agreement_trace_is_a_draft_right_on_a_share_alpha_of_tokens(alpha):
+    tr = agreement_trace(alpha, prompts=4, tokens=256)
+    firsts = [m > 0 for pt in tr.prompts for m in pt.draft_match]  # the first drafted token is right
+    assert abs(sum(firsts) / len(firsts) - alpha) < 4 * (alpha * (1 - alpha) / len(firsts)) ** 0.5
+    for pt in tr.prompts:  # one bigram rollout: right at i for m tokens means right at i + 1 for m - 1
+        assert all(b == a - 1 for a, b in zip(pt.draft_match, pt.draft_match[1:], strict=False)
+                   if 1 < a < tr.k_max)
+        assert not any(pt.lookup_len) and all(p == 1000 for row in pt.draft_p for p in row)
+
+
+def test_the_agreement_table_has_one_column_per_share_and_the_kits_goals():
+    result = simulate_agreement([0.6, 0.9], load_profile("h100-qwen7b-q4km-steady"))
+    assert result.tasks == ["a=0.60", "a=0.90", "all"]
+    assert result.multiplier("k4", "a=0.90") > 1.1 > result.multiplier("k4", "a=0.60")
+    text = format_result(result)
+    assert "draft and auto >= 1.30x plain at alpha 0.9" in text and "auto >= 0.99x plain at alpha 0.6" in text
+    assert [g for g, _, _ in goals(result)] == ["draft and auto >= 1.30x plain at alpha 0.9",
+                                                "auto >= 0.99x plain at alpha 0.6"]
+
+
+def test_simulate_agreement_from_the_command_line(capsys):
+    from specchat.cli import main
+
+    assert main(["simulate", "--agreement", "0.5,0.9", "--profile", "h100-qwen7b-q4km-steady"]) == 0
+    assert "a=0.50" in capsys.readouterr().out
+    assert main(["simulate", "--profile", "h100-qwen7b-q4km-steady"]) == 2
+    assert "needs --trace FILE or --agreement" in capsys.readouterr().err

@@ -30,6 +30,7 @@ class ModelDrafter:
         self.p_min = p_min
         self.last_seconds = 0.0  # time spent in the last propose()
         self.last_catch_up = 0  # tokens the draft had to catch up on in the last propose()
+        self.last_decoded = 0  # tokens the draft decoded in the last propose() (catch-up and drafting)
 
     def prefill(self, context: list[int]) -> None:
         """Put ``context`` into the draft's KV cache (no logits), reusing what is there."""
@@ -47,6 +48,7 @@ class ModelDrafter:
         m.trim(keep)
         self.last_catch_up = len(context) - keep - 1
         todo = context[keep:]
+        decoded = len(todo)
         if m.shape_sensitive and 1 < len(todo) <= CATCH_UP_ONE_BY_ONE:
             # every draft decode a 1-token decode: a batch between the steps re-captures (shapes.py)
             for tok in todo[:-1]:
@@ -62,7 +64,9 @@ class ModelDrafter:
             if len(out) >= k or len(m.tokens) + 1 >= m.n_ctx:
                 break
             m.decode([tok], logits="last")
+            decoded += 1
         self.last_seconds = time.perf_counter() - t0
+        self.last_decoded = decoded
         return out
 
 

@@ -68,9 +68,11 @@ class RoundStats:
     verify_s: float
     overhead_s: float
     catch_up: int = 0  # tokens the draft model had to decode before drafting (not drafting cost)
+    draft_decoded: int = 0  # tokens the draft model decoded this round (catch-up included)
     fallback: bool = False  # plain because a guard rail tripped (not by choice of the cost model)
     phase: str = ""  # "reasoning" or "answer" once engine.phases has filed it; "" before
     verify_n: int = 0  # rows of the verify batch, padding included (engine/shapes.py); 0: drafted + 1
+    verify_fresh: bool = False  # the verify ran at a size not replayed yet: it paid a re-capture (shapes)
 
     @property
     def verify_rows(self) -> int:

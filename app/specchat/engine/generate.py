@@ -122,7 +122,8 @@ def generate(
 
     sampler: TargetSampler | None = None
     # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
-    shape = (VerifyShape(controller.costs.verify) if target.shape_sensitive and (use_model or use_lookup)
+    shape = (VerifyShape(controller.costs.verify, lambda: controller.costs.recapture_s)
+             if target.shape_sensitive and (use_model or use_lookup)
              else None)
     pair.lookup.reset()
     controller.start_answer()
@@ -177,11 +178,11 @@ def generate(
                     if proposal:
                         available[Drafter.LOOKUP] = len(proposal)
             plan = controller.plan(mode, available)
-            catch_up = 0
+            catch_up = draft_decoded = 0
             if plan.drafter is Drafter.MODEL and model is not None:  # planned only when offered, with a model
                 drafted = model.propose(history, plan.k, plan.p_min)
                 draft_s += model.last_seconds
-                catch_up = model.last_catch_up
+                catch_up, draft_decoded = model.last_catch_up, model.last_decoded
             elif plan.drafter is Drafter.LOOKUP:
                 drafted = proposal[: plan.k]
             else:
@@ -217,8 +218,10 @@ def generate(
                 drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
                 overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
                 catch_up=catch_up,
+                draft_decoded=draft_decoded,
                 fallback=plan.fallback,
                 verify_n=len(batch),
+                verify_fresh=shape is not None and shape.fresh,
             )
             round_index += 1
             yield from chunks

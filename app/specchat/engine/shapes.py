@@ -51,15 +51,27 @@ class VerifyShape:
     since the held size last fitted a round exactly reaches the cost of a change (two re-captured
     calls), it shrinks to the largest need of those rounds.  Never more than twice the best choice
     made in hindsight; with ``verify_s`` flat it never shrinks, with a steep one it follows at once.
+
+    ``recapture_s`` (seconds one re-captured call costs) is read at every round, so a cost model that
+    learns it from the rounds (:meth:`~specchat.engine.controller.CostModel.observe_verify`) moves the
+    break-even point as it learns.  :attr:`fresh` says whether the size just given is one llama.cpp
+    has not replayed yet (it differs from one of the two before): such a round pays a re-capture.
     """
 
-    def __init__(self, verify_s: Callable[[int], float], recapture_s: float = RECAPTURE_S) -> None:
+    def __init__(self, verify_s: Callable[[int], float],
+                 recapture_s: Callable[[], float] | float = RECAPTURE_S) -> None:
         self.verify_s = verify_s
-        self.change_s = CALLS_PER_CHANGE * recapture_s
+        self._recapture = recapture_s if callable(recapture_s) else (lambda: float(recapture_s))
         self.size = 0
         self.changes = 0  # how many times the held size changed (each a re-capture)
+        self.fresh = True  # the last size given has not been replayed (the prompt's prefill came before)
         self._waste = 0.0
         self._largest = 0  # the largest need since the held size last fitted a round
+        self._given: tuple[int, int] = (0, 0)  # the sizes given by the two calls before
+
+    @property
+    def change_s(self) -> float:
+        return CALLS_PER_CHANGE * self._recapture()
 
     def size_for(self, needed: int, room: int) -> int:
         """The batch size for a round that needs ``needed`` rows, at most ``room`` (the context's
@@ -76,4 +88,7 @@ class VerifyShape:
         if held != self.size:
             self.changes += self.size != 0
             self.size = held
-        return max(needed, min(self.size, room))
+        given = max(needed, min(self.size, room))
+        self.fresh = not (given == self._given[0] == self._given[1])
+        self._given = (given, self._given[0])
+        return given

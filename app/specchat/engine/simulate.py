@@ -39,7 +39,7 @@ from .controller import CostModel, DraftController
 from .events import RoundStats
 from .settings import ControllerSettings, Drafter, Mode
 from .shapes import CATCH_UP_ONE_BY_ONE, VerifyShape
-from .trace import PromptTrace, Trace
+from .trace import PromptTrace, Trace, agreement_trace
 
 PROFILE_VERSION = 1
 PROFILE_KINDS = ("published", "measured-cpu", "measured-gpu")
@@ -263,8 +263,10 @@ class Clock:
     def calibration(self, k_max: int) -> CostModel:
         """What a calibration at load time would measure on this profile's machine."""
         p = self.profile
-        return CostModel({n: self(p.verify_s(n)) for n in batch_sizes(k_max)},
-                         {CAL_DRAFTER: self(p.draft_s), Drafter.LOOKUP.value: 0.0})
+        costs = CostModel({n: self(p.verify_s(n)) for n in batch_sizes(k_max)},
+                          {CAL_DRAFTER: self(p.draft_s), Drafter.LOOKUP.value: 0.0})
+        costs.recapture_s = self(p.recapture_s)  # a calibration on a shape-sensitive backend measures it
+        return costs
 
 
 def controller_for(policy: Policy, clock: Clock) -> DraftController:
@@ -294,8 +296,9 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     index = 0
     # shapes (engine/shapes.py): a change re-captures on its call and the next (replay from the third)
     recapture = profile.recapture_s
-    shape = (VerifyShape(profile.verify_s, recapture) if recapture and (plan_a.use_model or plan_a.use_lookup)
-             else None)
+    costs = controller.costs
+    shape = (VerifyShape(costs.verify, lambda: costs.recapture_s)
+             if recapture and (plan_a.use_model or plan_a.use_lookup) else None)
     while i < n_tokens - 1:
         k_cap = min(pt.max_tokens - n_generated - 1, cs.k_max)
         available: dict[Drafter, int] = {}
@@ -309,7 +312,7 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
                 if n_lookup:
                     available[Drafter.LOOKUP] = n_lookup
         plan = controller.plan(mode, available)
-        catch_up = drafted = accepted = 0
+        catch_up = drafted = accepted = draft_decoded = 0
         if plan.drafter is Drafter.MODEL and plan_a.use_model:
             history = pt.prompt_tokens + i + 1
             catch_up = history - min(draft_valid, history - 1) - 1
@@ -327,6 +330,7 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
                 if recapture and catch_up:  # the batch, and the two 1-token steps after it
                     draft_s += clock(3 * recapture)
             draft_s += sum(clock(profile.draft_s) for _ in range(decoded))
+            draft_decoded = catch_up + 1 + decoded
             drafted = n if n >= max(policy.n_min, 1) else 0
             accepted = min(pt.draft_match[i], drafted)
             draft_valid = history + min(pt.draft_match[i], decoded, accepted + 1)
@@ -334,12 +338,9 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
             drafted = plan.k
             accepted = min(pt.lookup_match[i], drafted)
         verify_n = drafted + 1
-        if shape is not None:
-            changes = shape.changes
+        if shape is not None:  # a size not replayed yet re-captures (its first two calls)
             verify_n = shape.size_for(drafted + 1, 1 << 30)
-            verify_s = clock(profile.verify_s(verify_n))
-            if shape.changes > changes:
-                verify_s += clock(2 * recapture)
+            verify_s = clock(profile.verify_s(verify_n) + (recapture if shape.fresh else 0.0))
         else:
             verify_s = clock(profile.verify_s(drafted + 1))
         overhead_s = clock(profile.overhead_s)
@@ -351,7 +352,9 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
         stats = RoundStats(index=index, drafter=plan.drafter if drafted else Drafter.NONE,
                            k=plan.k if drafted else 0, drafted=drafted, accepted=accepted, emitted=emitted,
                            draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, catch_up=catch_up,
-                           fallback=plan.fallback, verify_n=verify_n)
+                           draft_decoded=draft_decoded,
+                           fallback=plan.fallback, verify_n=verify_n,
+                           verify_fresh=shape is not None and shape.fresh)
         rounds += stats.counts
         decode_s += stats.wall_s
         if on_round is not None:
@@ -415,6 +418,34 @@ def simulate(trace: Trace, profile: CostProfile, policies: Sequence[Policy] | No
     return Result(profile, trace, usable, counts)
 
 
+def simulate_agreement(alphas: Sequence[float], profile: CostProfile, *, seed: int = 0, tokens: int = 256,
+                       prompts: int = 8) -> Result:
+    """The GPU kit's measurement, simulated: per agreement share a freshly loaded pair answers its own
+    prompts (as ``gpu_kit.py measure`` runs one bench per alpha); the columns are the shares."""
+    merged: dict[str, dict[str, Counts]] = {}
+    policies: list[Policy] = []
+    all_prompts: list[PromptTrace] = []
+    trace = None
+    for alpha in alphas:
+        trace = agreement_trace(alpha, prompts=prompts, tokens=tokens, seed=seed)
+        result = simulate(trace, profile, seed=seed)
+        policies = result.policies
+        all_prompts += trace.prompts
+        task = trace.prompts[0].task
+        for key, per_task in result.counts.items():
+            merged.setdefault(key, {})[task] = per_task[task]
+            merged[key]["all"] = merged[key].get("all", Counts()) + per_task[task]
+    if trace is None:
+        raise ProfileError("no agreement share to simulate")
+    shares = ", ".join(f"{a:g}" for a in alphas)
+    return Result(profile, replace(trace, draft=f"agreement-pair drafts, alpha {shares}", prompts=all_prompts),
+                  policies, merged)
+
+
+# the goals of issue 22 on the kit's agreement pairs: (share, modes, at least this x plain)
+AGREEMENT_GOALS = ((0.9, ("draft", "auto"), 1.30), (0.8, ("draft", "auto"), 1.10), (0.6, ("auto",), 0.99))
+
+
 def replay_bench(trace: Trace, profile: CostProfile, modes: Sequence[Mode], *, repeat: int,
                  settings: ControllerSettings | None = None, seed: int = 0) -> dict[str, dict[str, Counts]]:
     """The bench's own schedule on one controller (one loaded pair): prompts in order, each repeated, the
@@ -448,6 +479,15 @@ def goals(result: Result) -> list[tuple[str, bool, str]]:
     tasks = result.tasks
     keys = {p.key for p in result.policies}
     if "auto" not in keys:
+        return out
+    if any(t.startswith("a=") for t in tasks):  # agreement pairs: the kit's goals per share
+        for share, modes, least in AGREEMENT_GOALS:
+            task = f"a={share:.2f}"
+            if task in tasks:
+                got = {m: result.multiplier(m, task) for m in modes if m in keys}
+                out.append((f"{' and '.join(got)} >= {least:.2f}x plain at alpha {share:g}",
+                            all(v >= least for v in got.values()),
+                            ", ".join(f"{m} {v:.2f}x" for m, v in got.items())))
         return out
     if result.profile.gpu:
         if any(k.startswith("k") and k[1:].isdigit() for k in keys):

@@ -198,6 +198,38 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
                        draft_p10, lookup_len, lookup_match)
 
 
+def agreement_trace(alpha: float, *, prompts: int = 8, tokens: int = 256, k_max: int = DEFAULT_K_MAX,
+                    prompt_tokens: int = 64, seed: int = 0) -> Trace:
+    """What the GPU kit's agreement pairs (``scripts/gpu_kit.py pairs``) give, as a trace.
+
+    The target is a fixed bigram cycle and the draft follows its bigram on a share ``alpha`` of the
+    tokens: the draft's choice after token t is right exactly when t is one of those.  Along the
+    target's path each token is one with probability ``alpha``, independently, so the draft's
+    proposal at position i is right for as long as a run of such tokens starting at i lasts.  The
+    draft's logits are peaked (its top probability is about 1 right or wrong, so a ``p_min`` stop
+    never fires), and the cycle runs over the whole vocabulary, so prompt lookup finds nothing.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise TraceError(f"an agreement share is between 0 and 1, not {alpha:g}")
+    if not 1 <= k_max <= MAX_K or not 2 <= tokens <= MAX_TOKENS or not 1 <= prompts <= 1000:
+        raise TraceError("an agreement trace has 1-1000 prompts of 2-65536 tokens, drafting 1-64")
+    rng = np.random.default_rng([seed, round(alpha * 1000)])
+    task = f"a={alpha:.2f}"
+    out = []
+    for n in range(prompts):
+        follows = rng.random(tokens) < alpha  # follows[i]: the draft's choice after answer token i is right
+        run = np.zeros(tokens + 1, dtype=np.int64)
+        for i in range(tokens - 1, -1, -1):
+            run[i] = run[i + 1] + 1 if follows[i] else 0
+        positions = tokens - 1
+        draft_match = [int(min(run[i], k_max, tokens - 1 - i)) for i in range(positions)]
+        out.append(PromptTrace(f"agree-{n}", task, prompt_tokens, tokens, list(range(tokens)), False,
+                               draft_match, [[1000] * k_max for _ in range(positions)],
+                               [[1000] * k_max for _ in range(positions)], [0] * positions, [0] * positions))
+    return Trace(f"agreement-pair target (bigram cycle), {tokens} tokens", f"agreement-pair draft, alpha {alpha:g}",
+                 k_max, 3, out, recorded="synthetic")
+
+
 def record_trace(pair: SpeculativePair, prompts: Sequence[BenchPrompt], *, max_tokens: int,
                  k_max: int = DEFAULT_K_MAX, progress: Callable[[PromptTrace], None] | None = None) -> Trace:
     """The trace of every prompt with this pair (the draft model's part is empty without a draft)."""
