@@ -78,8 +78,11 @@ def test_vllm_metrics_advance_while_chunks_are_sent():
     with FakeServer("vllm", replace(SPEC, hang_after=4)) as server, httpx2.Client(timeout=5) as client:
         before = scrape(client, server).spec
         with client.stream("POST", f"{server.url}/v1/chat/completions", json=CHAT) as response:
+            # Hold the iterator: httpx2 closes the response (and the connection) in a finally when an
+            # abandoned line iterator is collected, which the GC may do at any moment of the wait below.
+            lines = response.iter_lines()
             received = 0
-            for line in response.iter_lines():
+            for line in lines:
                 received += line.startswith("data: ")
                 if received == 4:
                     break
