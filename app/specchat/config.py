@@ -123,6 +123,8 @@ SCHEMA: tuple[Setting, ...] = (
                  "lookup: n-grams from the prompt; baseline: plain decoding"),
     Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
     Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
+    Setting("lookup_k_max", "Longest prompt-lookup draft", _C.lookup_k_max, 1, 32,
+            help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)"),
     Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
             help="the draft stops proposing when its own top token is less likely than this"),
     Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0,
@@ -197,6 +199,7 @@ def check_rules(values: Mapping[str, object]) -> None:
 def _controller_of(values: Mapping[str, object]) -> ControllerSettings:
     return ControllerSettings(
         k_min=as_int(values["k_min"]), k_max=as_int(values["k_max"]), p_min=as_float(values["p_min"]),
+        lookup_k_max=as_int(values["lookup_k_max"]),
         min_token_acceptance=as_float(values["min_token_acceptance"]),
         min_sequence_acceptance=as_float(values["min_sequence_acceptance"]),
         fallback_warning_share=as_float(values["fallback_warning_share"]),

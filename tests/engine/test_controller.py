@@ -199,3 +199,35 @@ def test_a_round_charges_the_draft_decodes_it_makes():
     c.observe(Mode.DRAFT, Plan("model", 3), RoundStats(0, "model", 3, 3, 3, 4, 0.020, 0.021, 0.0,
                                                        catch_up=1, draft_decoded=4))
     assert c.costs.draft_s["model"] == pytest.approx(0.8 * GPU_DRAFT + 0.2 * 0.005)  # 20 ms / 4 decodes, not / 3
+
+
+def test_lookup_learns_per_match_length_and_drafts_long_behind_a_copy():
+    c = controller(CPU, CPU_DRAFT, probe_interval_tokens=10_000)
+
+    def lookup_round(k, accepted):  # what it costs on the CPU above (a proposal costs nothing)
+        return round_stats("lookup", k, k, accepted, verify=CostModel(CPU).verify(k + 1))
+
+    for _ in range(16):  # behind a 12-token match every token is right, behind a 1-token match none
+        plan = c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=12)
+        c.observe(Mode.LOOKUP, plan, lookup_round(plan.k, plan.k))
+        plan = c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=1)
+        if plan.drafter == "lookup":
+            c.observe(Mode.LOOKUP, plan, lookup_round(plan.k, 0))
+    copy = c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=12)
+    assert copy.drafter == "lookup" and copy.k > 8  # longer than a draft model's longest draft
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=1) == Plan("none", 0)  # declined, not a fallback
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=0).drafter == "lookup"  # unknown: all rounds pooled
+
+
+def test_where_shapes_matter_a_draft_pays_for_the_change_of_verify_size():
+    # an H100-like target: a 16-token verify costs 2.4x one token, a change of size re-captures (3.7 ms)
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for accepted in [2, 1] * 8:  # behind long matches, about 60% of tokens right
+        c.lookup_windows[8].add(Counts.of_round(16, 16, accepted))
+    # held at one token, the change to 17 and back costs more than the round gains
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=1, change_s=0.0037) == Plan("none", 0)
+    # already held at 17 rows (the round before drafted), the same draft pays: its verify is paid anyway
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=17, change_s=0.0037).drafter == "lookup"
+    # where shapes do not matter (CPU), the change is free
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10).drafter == "lookup"

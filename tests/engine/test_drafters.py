@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-from specchat.engine.drafters import PromptLookupDrafter
+from specchat.engine.drafters import MATCH_CAP, PromptLookupDrafter
 
 
 def reference(history: list[int], max_ngram: int, k: int) -> list[int]:
@@ -38,3 +38,28 @@ def test_reset_and_a_context_that_does_not_continue_start_over():
     drafter.reset()
     assert drafter.propose([4, 4], 4) == [4]
 
+
+
+def test_the_match_length_says_how_far_the_copy_agrees():
+    drafter = PromptLookupDrafter(3, k_max=4)
+    copy = [9, 1, 2, 3, 4, 5, 7, 8, 0, 1, 2, 3, 4, 5]  # ends with 1 2 3 4 5, which came before 7 8
+    assert drafter.propose(copy, 4) == [7, 8, 0, 1]
+    assert drafter.last_match == 5  # 1 2 3 4 5 agree; 9 and 0 before them do not
+    assert drafter.propose(copy + [8], 4) == [0, 1, 2, 3]  # only the 8 matches now
+    assert drafter.last_match == 1
+    assert drafter.propose([1, 2, 3], 4) == [] and drafter.last_match == 0  # nothing earlier to copy
+    long = list(range(50))
+    assert drafter.propose(long + long[:45], 4) == [45, 46, 47, 48]
+    assert drafter.last_match == MATCH_CAP  # measured no further than the cap
+
+
+def test_indexing_the_prompt_ahead_changes_no_proposal():
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(6, size=300).tolist()
+    ahead, plain = PromptLookupDrafter(3, k_max=8), PromptLookupDrafter(3, k_max=8)
+    ahead.index(prompt)
+    history = list(prompt)
+    for _ in range(30):
+        assert ahead.propose(history, 8) == plain.propose(history, 8)
+        assert ahead.last_match == plain.last_match
+        history += rng.integers(6, size=3).tolist()

@@ -34,14 +34,22 @@ from specchat.engine.simulate import (
     simulate_agreement,
 )
 from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import PromptTrace, Trace, agreement_trace, record_prompt
+from specchat.engine.trace import (
+    PromptTrace,
+    Trace,
+    TraceError,
+    agreement_trace,
+    load_trace,
+    lookup_columns,
+    record_prompt,
+)
 
 MSGS = ({"role": "user", "content": "hello"},)
 
 
 def no_guards(k: int) -> ControllerSettings:
-    return ControllerSettings(k_min=k, k_max=k, p_min=0.0, min_token_acceptance=0.0, min_sequence_acceptance=0.0,
-                              fallback_warning_share=1.0)
+    return ControllerSettings(k_min=k, k_max=k, lookup_k_max=k, p_min=0.0, min_token_acceptance=0.0,
+                              min_sequence_acceptance=0.0, fallback_warning_share=1.0, min_gain=0.0)
 
 
 def shape(r: RoundStats) -> tuple:
@@ -242,3 +250,22 @@ def test_simulate_agreement_from_the_command_line(capsys):
     assert "a=0.50" in capsys.readouterr().out
     assert main(["simulate", "--profile", "h100-qwen7b-q4km-steady"]) == 2
     assert "needs --trace FILE or --agreement" in capsys.readouterr().err
+
+
+def test_a_trace_records_the_match_behind_each_lookup_proposal_and_reads_it_back(tmp_path):
+    prompt = [50, 51, 1, 2, 3, 4, 5, 6, 7, 8, 52]
+    answer = [60, 1, 2, 3, 4, 5, 6, 7, 8, 61]  # copies 1 .. 8 from the prompt
+    lengths, accepted, agree = lookup_columns(prompt, answer, k_max=4, lookup_ngram=3)
+    # after "1" the copy is proposed; the further it goes, the longer the match behind the proposal
+    assert lengths[1:4] == [4, 4, 4] and accepted[1:4] == [4, 4, 4]
+    assert agree[1:8] == [1, 2, 3, 4, 5, 6, 7]
+    assert agree[0] == 0 and lengths[0] == 0  # "60" matches nothing
+    pt = PromptTrace("p", "edit", len(prompt), 16, answer, False, [], [], [], lengths, accepted, agree)
+    path = tmp_path / "t.json"
+    Trace("t.gguf", "", 4, 3, [pt]).save(path)
+    assert load_trace(path).prompts[0].lookup_agree == agree
+    doc = json.loads(path.read_text())
+    doc["prompts"][0]["lookup_agree"] = agree[:-1]  # one short: refused in one line, naming the field
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="lookup_agree"):
+        load_trace(path)

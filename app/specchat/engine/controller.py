@@ -24,6 +24,16 @@ from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Drafter, Mode
 
 EMA = 0.2  # weight of a new cost measurement
+# Prompt lookup's acceptance is learned per class of match length (the tokens of agreement behind a
+# proposal, drafters.PromptLookupDrafter.last_match): on the builtin suite's Qwen trace a proposal
+# behind a 1-token match was accepted for 0.3-0.9 tokens on average, behind 8 or more on edits and
+# summaries for 8.5 of 16.  One window for all of them planned K = 1 for a copy and K = 16 for noise.
+MATCH_CLASSES = (1, 2, 4, 8)
+
+
+def match_class(match: int) -> int:
+    """The class of a prompt-lookup match of ``match`` tokens (0: not known)."""
+    return max((c for c in MATCH_CLASSES if c <= match), default=0)
 P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
 
 
@@ -43,6 +53,7 @@ class Plan:
     fallback: bool = False  # plain because a guard rail tripped
     probe: bool = False  # an exploration round
     p_min: float | None = None  # the draft model's confidence stop this round (None: the setting's)
+    match: int = 0  # prompt lookup: the class of the match behind the proposal (match_class)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", Drafter(self.drafter))  # "model" from a caller becomes the enum
@@ -192,6 +203,9 @@ class DraftController:
         self.settings = settings
         self.costs = costs
         self.windows = {name: AcceptanceWindow(settings.window_rounds) for name in (Drafter.MODEL, Drafter.LOOKUP)}
+        # prompt lookup's acceptance per match class, what planning reads where the match is known
+        # (windows[LOOKUP] pools every class: the rails and a proposal whose match is not known read it)
+        self.lookup_windows = {c: AcceptanceWindow(settings.window_rounds) for c in MATCH_CLASSES}
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
         self._since_probe: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
@@ -199,16 +213,25 @@ class DraftController:
 
     # -- planning ---------------------------------------------------------------
 
+    def k_max(self, drafter: Drafter) -> int:
+        """The longest draft this drafter may make."""
+        return self.settings.lookup_k_max if drafter is Drafter.LOOKUP else self.settings.k_max
+
     def viable(self, drafter: Drafter) -> bool:
         """Could this drafter beat plain decoding here even if every token were accepted?"""
         plain = self.costs.rate(Drafter.NONE, 0, 0.0)
-        _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
+        _, best = self.costs.best_k(drafter, 1.0, 1, self.k_max(drafter))
         return best > plain * self.settings.min_gain
 
     def best_case_multiplier(self, drafter: Drafter) -> float:
         plain = self.costs.rate(Drafter.NONE, 0, 0.0)
-        _, best = self.costs.best_k(drafter, 1.0, 1, self.settings.k_max)
+        _, best = self.costs.best_k(drafter, 1.0, 1, self.k_max(drafter))
         return best / plain
+
+    def _window(self, drafter: Drafter, match: int) -> AcceptanceWindow:
+        """The acceptance a plan for this drafter reads: prompt lookup's of its match class."""
+        c = match_class(match) if drafter is Drafter.LOOKUP else 0
+        return self.lookup_windows[c] if c else self.windows[drafter]
 
     def answer_plan(self, mode: Mode, *, has_model: bool, blocked: str = "") -> AnswerPlan:
         """Decide, once per answer, which drafters may run in it (the engine and the simulator both ask).
@@ -247,13 +270,22 @@ class DraftController:
         share = extra / (c.verify(1) + c.overhead_s)
         return min(max(share, P_MIN_LO), P_MIN_HI)
 
-    def plan(self, mode: Mode, available: dict[Drafter, int]) -> Plan:
-        """Pick the next round.  ``available`` maps a usable drafter to its K ceiling."""
+    def plan(self, mode: Mode, available: dict[Drafter, int], lookup_match: int = 0, *,
+             held: int = 0, change_s: float = 0.0) -> Plan:
+        """Pick the next round.  ``available`` maps a usable drafter to its K ceiling; ``lookup_match``
+        is the length of the match behind prompt lookup's proposal (0: not known).
+
+        Where batch shapes matter (CUDA graphs), ``held`` is the verify size the target replays now
+        and ``change_s`` what a change of it costs (engine/shapes.py): a draft that fits the held
+        size pays for the whole of it, one that needs more pays the change on top.  Without it,
+        lookup drafted a token or two at every weak match and re-captured at every other round
+        (simulated H100: 37 re-captures in 113 rounds of a code answer, 0.77x plain)."""
         s = self.settings
         if mode is Mode.BASELINE or not available:
             return Plan(Drafter.NONE, 0)
-        if mode is not Mode.AUTO:
-            name = Drafter.MODEL if mode is Mode.DRAFT else Drafter.LOOKUP
+        match = match_class(lookup_match)
+        if mode is Mode.DRAFT:
+            name = Drafter.MODEL
             if name not in available:
                 return Plan(Drafter.NONE, 0)
             if self._cooldown.get(name, 0) > 0:
@@ -262,25 +294,49 @@ class DraftController:
             k_hi = min(s.k_max, available[name])
             k, _ = self.costs.best_k(name, a, min(s.k_min, k_hi), k_hi)
             return Plan(name, k)
-        # auto: every usable drafter and K = 0 compete on expected speed
+        if mode is Mode.LOOKUP and Drafter.LOOKUP in available and self._cooldown.get(Drafter.LOOKUP, 0) > 0:
+            return Plan(Drafter.NONE, 0, fallback=True)
+        # auto: every usable drafter and K = 0 compete on expected speed.  lookup mode is the same race
+        # with prompt lookup alone and no margin: a proposal behind a match of a class measured not to
+        # pay is not drafted, as a draft model's confidence stop declines a token it is unsure of.
+        gain = s.min_gain if mode is Mode.AUTO else min(s.min_gain, 1.0)  # 0: lookup drafts every proposal
         best = Plan(Drafter.NONE, 0)
-        best_rate = self.costs.rate(Drafter.NONE, 0, 0.0) * s.min_gain
+        best_rate = self.costs.rate(Drafter.NONE, 0, 0.0) * gain
         probe: Plan | None = None
         for key, ceiling in available.items():
             name = Drafter(key)
-            k_hi = min(s.k_max, ceiling)
+            if mode is Mode.LOOKUP and name is not Drafter.LOOKUP:
+                continue
+            k_hi = min(self.k_max(name), ceiling)
             if k_hi < 1 or not self.viable(name):
                 continue
             if self._cooldown.get(name, 0) > 0:
                 continue
-            a = self.windows[name].optimistic_rate(s.explore_z)
-            k, rate = self.costs.best_k(name, a, 1, k_hi)
+            a = self._window(name, match).optimistic_rate(s.explore_z)
+            k_lo = min(s.k_min, k_hi) if mode is Mode.LOOKUP else 1
+            k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s)
             if rate > best_rate:
-                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if name is Drafter.MODEL else None), rate
+                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if name is Drafter.MODEL else None,
+                                       match=match if name is Drafter.LOOKUP else 0), rate
             elif self._since_probe[name] >= self._probe_interval(name):
-                probe = Plan(name, 1, probe=True)
+                probe = Plan(name, 1, probe=True, match=match if name is Drafter.LOOKUP else 0)
         if best.drafter is Drafter.NONE and probe is not None:
             return probe
+        return best
+
+    def _best_k(self, drafter: Drafter, a: float, k_lo: int, k_hi: int, held: int,
+                change_s: float) -> tuple[int, float]:
+        """``CostModel.best_k`` where the verify size held by the backend changes what a K costs."""
+        if not change_s:
+            return self.costs.best_k(drafter, a, k_lo, k_hi)
+        c = self.costs
+        best = (k_lo, 0.0)
+        for k in range(k_lo, k_hi + 1):
+            cost = c.overhead_s + draft_decodes(drafter, k, a) * c.draft_s.get(drafter, 0.0)
+            cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + change_s
+            r = expected_tokens(a, k) / cost
+            if r > best[1]:
+                best = (k, r)
         return best
 
     def _pays(self, drafter: Drafter, window: AcceptanceWindow) -> bool:
@@ -289,7 +345,7 @@ class DraftController:
         pays 1.1x often estimate below break-even by chance.)"""
         plain = self.costs.rate(Drafter.NONE, 0, 0.0)
         a = window.optimistic_rate(self.settings.explore_z)
-        _, best = self.costs.best_k(drafter, a, 1, self.settings.k_max)
+        _, best = self.costs.best_k(drafter, a, 1, self.k_max(drafter))
         return best > plain
 
     def _probe_interval(self, drafter: Drafter) -> int:
@@ -323,6 +379,9 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
+                if name == Drafter.LOOKUP:
+                    for w in self.lookup_windows.values():
+                        w.clear()
         if mode is Mode.AUTO and plan.drafter is Drafter.MODEL and plan.k and not r.drafted:
             # The draft was asked and declined (its first token was under the confidence stop):
             # a round paid for drafting and got nothing, which is what a rejection costs.  Counted
@@ -337,6 +396,8 @@ class DraftController:
                 self.costs.observe_draft(plan.drafter, r.draft_s / per)
             w = self.windows[plan.drafter]
             w.add(counts)
+            if plan.drafter is Drafter.LOOKUP and plan.match:
+                self.lookup_windows[match_class(plan.match)].add(counts)
             # The guard rails are for the forced modes, which have no cost model to stop them.
             # auto's own test (the drafter's expected rate against plain, every round) already
             # stops a drafter that cannot pay; the rails on top cut it off at 40-50% acceptance

@@ -136,6 +136,8 @@ def generate(
             reused -= 1
             target.trim(reused)
         target.decode(prompt[reused:], logits="last")
+        if use_lookup:  # while an asynchronous backend computes the prefill (14 ms at 4k tokens on a CPU)
+            pair.lookup.index(prompt)
         if model is not None:
             model.prefill(prompt)
         first = sampler.sample(-1)
@@ -165,19 +167,21 @@ def generate(
             if room < 0:
                 stop_reason = StopReason.CONTEXT_FULL
                 break
-            k_cap = min(room, max_tokens - n_generated - 1, cs.k_max)
+            k_cap = min(room, max_tokens - n_generated - 1)  # and each drafter's own longest draft
             available: dict[Drafter, int] = {}
             proposal: list[int] = []
             draft_s = 0.0
             if k_cap > 0:
                 if model is not None:
-                    available[Drafter.MODEL] = k_cap
+                    available[Drafter.MODEL] = min(k_cap, cs.k_max)
                 if use_lookup:
-                    proposal = pair.lookup.propose(history, k_cap)
+                    proposal = pair.lookup.propose(history, min(k_cap, cs.lookup_k_max))
                     draft_s += pair.lookup.last_seconds
                     if proposal:
                         available[Drafter.LOOKUP] = len(proposal)
-            plan = controller.plan(mode, available)
+            plan = controller.plan(mode, available, pair.lookup.last_match if proposal else 0,
+                                   held=shape.size if shape is not None else 0,
+                                   change_s=shape.change_s if shape is not None else 0.0)
             catch_up = draft_decoded = 0
             if plan.drafter is Drafter.MODEL and model is not None:  # planned only when offered, with a model
                 drafted = model.propose(history, plan.k, plan.p_min)

@@ -71,7 +71,8 @@ class SpeculativePair:
                 )
         if cancel is not None and cancel.cancelled:
             raise LoadCancelled("loading was cancelled")
-        k_max = config.controller.k_max
+        # the longest verify: a draft model's longest draft or prompt lookup's, and the bonus token
+        k_max = max(config.controller.k_max, config.controller.lookup_k_max)
         self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16),
                                   cancelled=cancelled)
         self.draft: LoadedModel | None = None
@@ -119,7 +120,7 @@ class SpeculativePair:
         self.model_drafter = (
             ModelDrafter(self.draft, self.target.n_vocab, config.controller.p_min) if self.draft else None
         )
-        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, config.controller.k_max)
+        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, config.controller.lookup_k_max)
         self.chat_format = chat_format
 
     def close(self) -> None:

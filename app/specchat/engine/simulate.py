@@ -199,9 +199,9 @@ def load_profile(spec: str) -> CostProfile:
 
 
 def _no_guards(k: int, p_min: float) -> ControllerSettings:
-    """Always k tokens asked for, and no guard rail ever falls back."""
-    return ControllerSettings(k_min=k, k_max=k, p_min=p_min, min_token_acceptance=0.0, min_sequence_acceptance=0.0,
-                              fallback_warning_share=1.0)
+    """Always k tokens asked for (prompt lookup: whenever it has a proposal), and no guard rail ever falls back."""
+    return ControllerSettings(k_min=k, k_max=k, lookup_k_max=k, p_min=p_min, min_token_acceptance=0.0,
+                              min_sequence_acceptance=0.0, fallback_warning_share=1.0, min_gain=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +271,8 @@ class Clock:
 
 def controller_for(policy: Policy, clock: Clock) -> DraftController:
     """A controller as a freshly loaded pair has it: costs from a calibration on the profile's machine."""
-    return DraftController(policy.settings, clock.calibration(policy.settings.k_max))
+    s = policy.settings
+    return DraftController(s, clock.calibration(max(s.k_max, s.lookup_k_max)))  # as SpeculativePair calibrates
 
 
 def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: Clock,
@@ -300,18 +301,21 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     shape = (VerifyShape(costs.verify, lambda: costs.recapture_s)
              if recapture and (plan_a.use_model or plan_a.use_lookup) else None)
     while i < n_tokens - 1:
-        k_cap = min(pt.max_tokens - n_generated - 1, cs.k_max)
+        k_cap = pt.max_tokens - n_generated - 1
         available: dict[Drafter, int] = {}
         draft_s = 0.0
+        agree = 0
         if k_cap > 0:
             if plan_a.use_model:
-                available[Drafter.MODEL] = k_cap
+                available[Drafter.MODEL] = min(k_cap, cs.k_max)
             if plan_a.use_lookup:
                 draft_s += clock(profile.lookup_s)
-                n_lookup = min(pt.lookup_len[i], k_cap)
+                n_lookup = min(pt.lookup_len[i], k_cap, cs.lookup_k_max)
                 if n_lookup:
                     available[Drafter.LOOKUP] = n_lookup
-        plan = controller.plan(mode, available)
+                    agree = pt.lookup_agree[i] if pt.lookup_agree else 0
+        plan = controller.plan(mode, available, agree, held=shape.size if shape is not None else 0,
+                               change_s=shape.change_s if shape is not None else 0.0)
         catch_up = drafted = accepted = draft_decoded = 0
         if plan.drafter is Drafter.MODEL and plan_a.use_model:
             history = pt.prompt_tokens + i + 1

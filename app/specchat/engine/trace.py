@@ -16,7 +16,9 @@ round can start (the committed context is the prompt and t_0 .. t_i):
   ten best tokens only (llama.cpp's draft sampler is top-k 10 and tests that):
   both in thousandths, so a ``p_min`` stop can be replayed for any threshold;
 - ``lookup_len[i]`` / ``lookup_match[i]``: the prompt-lookup drafter's proposal
-  length (at most ``k_max``) and how much of it the target would accept.
+  length (at most ``k_max``) and how much of it the target would accept;
+  ``lookup_agree[i]``: the length of the match behind it (``PromptLookupDrafter.last_match``,
+  which the controller's plan reads; optional: traces recorded before it have none).
 
 A greedy draft's proposals are the continuation of one rollout: when the
 rollout at position i got t_{i+1} right, the proposal at i+1 is the same
@@ -73,6 +75,7 @@ class PromptTrace:
     draft_p10: list[list[int]] = field(default_factory=list)
     lookup_len: list[int] = field(default_factory=list)
     lookup_match: list[int] = field(default_factory=list)
+    lookup_agree: list[int] = field(default_factory=list)  # one per round position, or none (not recorded)
 
     @property
     def visible_tokens(self) -> int:
@@ -188,14 +191,22 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
             draft_p.append(list(rollout.p))
             draft_p10.append(list(rollout.p10))
         draft.clear()
+    lookup_len, lookup_match, lookup_agree = lookup_columns(tokens, answer, k_max, lookup_ngram)
+    return PromptTrace(prompt.id, prompt.task, len(tokens), max_tokens, answer, ended, draft_match, draft_p,
+                       draft_p10, lookup_len, lookup_match, lookup_agree)
+
+
+def lookup_columns(prompt: list[int], answer: list[int], k_max: int,
+                   lookup_ngram: int) -> tuple[list[int], list[int], list[int]]:
+    """Prompt lookup along the answer: each position's proposal length, accepted tokens and match length."""
     lookup = PromptLookupDrafter(lookup_ngram, k_max)
-    lookup_len, lookup_match = [], []
-    for i in range(positions):
-        proposal = lookup.propose(tokens + answer[: i + 1], k_max)
+    lookup_len, lookup_match, lookup_agree = [], [], []
+    for i in range(len(answer) - 1):
+        proposal = lookup.propose(prompt + answer[: i + 1], k_max)
         lookup_len.append(len(proposal))
         lookup_match.append(accepted_count(proposal, answer[i + 1:]))
-    return PromptTrace(prompt.id, prompt.task, len(tokens), max_tokens, answer, ended, draft_match, draft_p,
-                       draft_p10, lookup_len, lookup_match)
+        lookup_agree.append(lookup.last_match if proposal else 0)
+    return lookup_len, lookup_match, lookup_agree
 
 
 def agreement_trace(alpha: float, *, prompts: int = 8, tokens: int = 256, k_max: int = DEFAULT_K_MAX,
@@ -281,6 +292,9 @@ def _prompt_from(doc: object, k_max: int, source: str, n: int) -> PromptTrace:
         if not isinstance(v, list) or len(v) != (positions if with_draft else 0) or \
                 not all(_int_list(row, lo=0, hi=1000) and len(row) <= k_max for row in v):
             raise _fail(source, f"{where}: '{key}' must hold a list of up to {k_max} thousandths per position")
+    agree = doc.get("lookup_agree", [])
+    if not _int_list(agree, lo=0, hi=1 << 20) or len(agree) not in (0, positions):  # type: ignore[arg-type]
+        raise _fail(source, f"{where}: 'lookup_agree' must hold {positions} whole numbers, or be left out")
     if any(m > ln for m, ln in zip(doc["lookup_match"], doc["lookup_len"], strict=True)):
         raise _fail(source, f"{where}: a lookup match is longer than its proposal")
     if with_draft and any(m > len(row) for m, row in zip(doc["draft_match"], doc["draft_p"], strict=True)):
@@ -297,7 +311,8 @@ def _prompt_from(doc: object, k_max: int, source: str, n: int) -> PromptTrace:
     return PromptTrace(str(doc.get("id", f"prompt{n}"))[:200], str(doc.get("task", "custom"))[:60],
                        int(prompt_tokens), int(max_tokens), list(tokens), ended,  # type: ignore[arg-type]
                        list(doc["draft_match"]), [list(r) for r in doc["draft_p"]],
-                       [list(r) for r in doc["draft_p10"]], list(doc["lookup_len"]), list(doc["lookup_match"]))
+                       [list(r) for r in doc["draft_p10"]], list(doc["lookup_len"]), list(doc["lookup_match"]),
+                       list(agree))  # type: ignore[arg-type]
 
 
 def load_trace(path: Path) -> Trace:
