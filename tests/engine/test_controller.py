@@ -223,11 +223,36 @@ def test_where_shapes_matter_a_draft_pays_for_the_change_of_verify_size():
     # an H100-like target: a 16-token verify costs 2.4x one token, a change of size re-captures (3.7 ms)
     h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
     c = controller(h100, 0.0011, probe_interval_tokens=10_000)
-    for accepted in [2, 1] * 8:  # behind long matches, about 60% of tokens right
-        c.lookup_windows[8].add(Counts.of_round(16, 16, accepted))
-    # held at one token, the change to 17 and back costs more than the round gains
+    for accepted in [2, 1] * 8:  # behind long matches about 60% of tokens right, and one round at a time
+        c.observe(Mode.LOOKUP, Plan("lookup", 16, match=8), round_stats("lookup", 16, 16, accepted, verify=0.0089))
+        c.observe(Mode.LOOKUP, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    # held at one token, the change to 17 and back (for one round) costs more than the round gains
     assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=1, change_s=0.0037) == Plan("none", 0)
     # already held at 17 rows (the round before drafted), the same draft pays: its verify is paid anyway
     assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=17, change_s=0.0037).drafter == "lookup"
     # where shapes do not matter (CPU), the change is free
     assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10).drafter == "lookup"
+
+
+def test_auto_probes_only_where_the_probe_could_pay_with_its_change_of_size():
+    c = controller(GPU, GPU_DRAFT, probe_interval_tokens=4)
+    for _ in range(16):  # the draft model is never right: auto stops using it and probes now and then
+        c.windows[Drafter.MODEL].add(Counts.of_round(4, 4, 0))
+    c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.020))
+    for _ in range(400):
+        c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.020))
+    assert c.plan(Mode.AUTO, {"model": 8}).probe  # where a change of shape is free
+    # a change of verify size that costs more than a fully accepted round gains: no probe
+    assert c.plan(Mode.AUTO, {"model": 8}, held=1, change_s=1.0) == Plan("none", 0)
+
+
+def test_a_drafter_that_drafts_many_rounds_in_a_row_shares_the_change_of_size_among_them():
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for _ in range(4):  # runs of 12 lookup rounds (a long copy), then a plain round
+        for accepted in [2, 1] * 6:
+            c.observe(Mode.LOOKUP, Plan("lookup", 16, match=8),
+                      round_stats("lookup", 16, 16, accepted, verify=0.0089))
+        c.observe(Mode.LOOKUP, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    # the same acceptance as above, but the change is paid once for a dozen rounds: worth it
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=1, change_s=0.0037).drafter == "lookup"

@@ -34,6 +34,7 @@ MATCH_CLASSES = (1, 2, 4, 8)
 def match_class(match: int) -> int:
     """The class of a prompt-lookup match of ``match`` tokens (0: not known)."""
     return max((c for c in MATCH_CLASSES if c <= match), default=0)
+STAY_PRIOR = 8.0  # rounds a drafter is assumed to draft in a row before it has run (see DraftController._stay)
 P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
 
 
@@ -208,6 +209,10 @@ class DraftController:
         self.lookup_windows = {c: AcceptanceWindow(settings.window_rounds) for c in MATCH_CLASSES}
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
         self._since_probe: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
+        # rounds a drafter drafts in a row (EMA over its runs; the run going on): what a change of
+        # verify size is shared by.  Starts at STAY_PRIOR, so a drafter is not refused before it ran
+        self._stay: dict[Drafter, float] = {Drafter.MODEL: STAY_PRIOR, Drafter.LOOKUP: STAY_PRIOR}
+        self._run: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
 
@@ -318,7 +323,10 @@ class DraftController:
             if rate > best_rate:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if name is Drafter.MODEL else None,
                                        match=match if name is Drafter.LOOKUP else 0), rate
-            elif self._since_probe[name] >= self._probe_interval(name):
+            elif (self._since_probe[name] >= self._probe_interval(name)
+                  and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate):
+                # a probe only where this proposal could pay if it were right (a change of verify
+                # size included): a probe that cannot pay even then teaches nothing worth its cost
                 probe = Plan(name, 1, probe=True, match=match if name is Drafter.LOOKUP else 0)
         if best.drafter is Drafter.NONE and probe is not None:
             return probe
@@ -333,7 +341,9 @@ class DraftController:
         best = (k_lo, 0.0)
         for k in range(k_lo, k_hi + 1):
             cost = c.overhead_s + draft_decodes(drafter, k, a) * c.draft_s.get(drafter, 0.0)
-            cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + change_s
+            # a larger size costs a change there and one back, shared by the rounds this drafter
+            # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts)
+            cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + 2 * change_s / self._stay[drafter]
             r = expected_tokens(a, k) / cost
             if r > best[1]:
                 best = (k, r)
@@ -374,6 +384,11 @@ class DraftController:
                 self._since_probe[name] = 0
             else:
                 self._since_probe[name] += r.emitted
+            if name == plan.drafter and r.drafted:
+                self._run[name] += 1
+            elif self._run[name]:
+                self._stay[name] = (1 - EMA) * self._stay[name] + EMA * self._run[name]
+                self._run[name] = 0
         for name in list(self._cooldown):
             self._cooldown[name] -= r.emitted
             if self._cooldown[name] <= 0:
