@@ -13,13 +13,17 @@ import pytest
 from fakes import FakeSpec, fake_pair
 from specchat.engine import Done, Mode, RoundStats, TokensEmitted
 from specchat.engine.pair import PairConfig
+from specchat.engine.settings import ControllerSettings
 from specchat.engine.shapes import CATCH_UP_ONE_BY_ONE, VerifyShape
 
 MSGS = [{"role": "user", "content": "hello"}]
+# lookup drafts every proposal it has, 2 tokens of it: the shapes, not the controller's choices, are tested
+EVERY_PROPOSAL = ControllerSettings(k_min=2, lookup_k_max=2, min_gain=0.0)
 
 
-def answer(shape_sensitive: bool, mode: Mode, *, miss_every: int = 4, max_tokens: int = 400):
-    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")),
+def answer(shape_sensitive: bool, mode: Mode, *, miss_every: int = 4, max_tokens: int = 400,
+           settings: ControllerSettings | None = None):
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf"), controller=settings or ControllerSettings()),
                      FakeSpec(shape_sensitive=shape_sensitive, miss_every=miss_every, answer_tokens=400))
     prompt = pair.chat_prompt(MSGS).tokens
     tokens, rounds, done = [], [], None
@@ -63,10 +67,11 @@ def test_on_a_cpu_the_draft_still_catches_up_in_one_batch():
 
 @pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.LOOKUP, Mode.AUTO])
 def test_the_verify_batch_keeps_its_size_across_rounds(mode):
+    settings = EVERY_PROPOSAL if mode is Mode.LOOKUP else None
     plain = answer(False, Mode.BASELINE)[1]
-    loose_pair, _t, loose_rounds, _ = answer(False, mode)
+    loose_pair, _t, loose_rounds, _ = answer(False, mode, settings=settings)
 
-    pair, tokens, rounds, _ = answer(True, mode)
+    pair, tokens, rounds, _ = answer(True, mode, settings=settings)
 
     assert tokens == plain
     verify = pair.target.shapes[1:]  # every decode after the prompt is a round's verify
@@ -135,9 +140,9 @@ def test_a_long_catch_up_still_goes_in_one_batch():
 
 
 def test_each_round_says_the_batch_it_verified_so_the_costs_learn_the_size_that_was_paid():
-    pair, _tokens, rounds, _ = answer(True, Mode.LOOKUP)
+    pair, _tokens, rounds, _ = answer(True, Mode.LOOKUP, settings=EVERY_PROPOSAL)
 
     assert [r.verify_rows for r in rounds] == pair.target.shapes[1:]
     assert any(r.verify_rows > r.drafted + 1 for r in rounds)  # padded rounds, learned at their padded size
-    plain_pair, _t, plain_rounds, _ = answer(False, Mode.LOOKUP)
+    plain_pair, _t, plain_rounds, _ = answer(False, Mode.LOOKUP, settings=EVERY_PROPOSAL)
     assert [r.verify_rows for r in plain_rounds] == [r.drafted + 1 for r in plain_rounds]
