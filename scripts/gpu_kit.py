@@ -1407,6 +1407,12 @@ def report(result: dict[str, Any]) -> str:
     d = costs["drafted_token"]
     lines += ["", f"A drafted token: {med(d['decode_s']) * 1e3:.3f} ms decode + "
               f"{med(d['greedy_choice_s']) * 1e3:.3f} ms greedy choice (the draft's peaked logits).", ""]
+    if "sampling" in result:
+        import backend_sampling
+
+        lines += ["## The draft's greedy choice: on the host or in llama.cpp's graph (scripts/backend_sampling.py)",
+                  "", f"A 1-token decode and its choice, {result['sampling']['tokens']} tokens, medians; "
+                  "host is the loop's way (with its p_min test).", "", backend_sampling.table(result["sampling"]), ""]
     for alpha, doc in result["bench"].items():
         lines += [f"## alpha {alpha}", "", *bench_table(doc), ""]
     return "\n".join(lines)
@@ -1443,6 +1449,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     else:
         print(f"  {bench_bin}: no llama-bench; its table is left out", flush=True)
     costs = measure_costs(pairs, cpu=args.cpu, depth=args.depth, reps=args.reps)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import backend_sampling  # scripts/backend_sampling.py: each way in a child process
+
+    print("  the draft's greedy choice: host or in the graph", flush=True)
+    sampling = backend_sampling.measure(next(iter(pairs.drafts.values())), gpu_layers=0 if args.cpu else -1,
+                                        tokens=args.bench_tokens, reps=args.reps)
     bench = {}
     for alpha in alphas:
         path = bench_alpha(pairs, alpha, server=server, cpu=args.cpu, out=out, max_tokens=args.max_tokens,
@@ -1455,7 +1467,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
               "draft": f"{draft_shape.name} {'F16' if args.f16 else 'Q4_K_M'}", "depth": args.depth,
               "max_tokens": args.max_tokens, "repeat": args.repeat, "tasks": args.tasks,
               "command": "gpu_kit.py " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["measure"] else "gpu_kit.py measure",
-              "agreement": agreement_, "llama_bench": raw, "costs": costs, "bench": bench,
+              "agreement": agreement_, "llama_bench": raw, "costs": costs, "sampling": sampling, "bench": bench,
               "seconds": time.perf_counter() - t_start}
     write_json(out / "results.json", result)
     from specchat.files import write_text_atomically

@@ -367,8 +367,11 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     assert all(r["tokens"] > 0 for r in server)
     costs = result["costs"]
     assert set(costs["target"]["steady_s"]) == set(costs["target"]["churn_s"]) >= {"1", "4", "16"}
+    sampling = result["sampling"]["methods"]  # the draft's choice four ways, each in its own process
+    assert sampling["host"]["per_token_s"] and sampling["greedy"]["same_tokens"], sampling
+    assert sampling["top1prob"]["same_tokens"] and sampling["top1prob"]["p_error"] < 1e-4, sampling
     report = (out / "report.md").read_text()
-    for needle in ("## alpha 0.9", "llama-server draft-simple (n_max 3)", "llama-server draft-simple (n_max 8)",
+    for needle in ("## alpha 0.9", "llama-server draft-simple (n_max 3)", "in llama.cpp's graph", "llama-server draft-simple (n_max 8)",
                    "llama-server plain", "SpecChat auto", "cycled / steady", "x SpecChat plain"):
         assert needle in report
 
