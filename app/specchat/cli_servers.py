@@ -163,7 +163,9 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
     in the given modes when a model is named (``--target``/``--pair``): one interleaved run, one table."""
     from contextlib import nullcontext
 
-    from specchat.cli import CliError, _load_pair, _models
+    from specchat.cli_common import CliError
+    from specchat.cli_common import load_pair_from_args as _load_pair
+    from specchat.cli_common import models_from_args as _models
     from specchat.engine.bench import format_table, local_runner, summarize
     from specchat.engine.settings import Mode
 

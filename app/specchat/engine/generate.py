@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from specchat.metrics import Counts
 
@@ -35,7 +35,21 @@ from .shapes import VerifyShape
 from .verify import accepted_count, sample_and_match
 
 if TYPE_CHECKING:
-    from .pair import CancelToken, SpeculativePair
+    from .cancel import CancelToken
+    from .controller import DraftController
+    from .drafters import ModelDrafter, PromptLookupDrafter
+    from .runtime import LoadedModel
+
+
+class LoopPair(Protocol):
+    """What the loop reads of a loaded pair (:class:`~.pair.SpeculativePair` is one; so is the tests' fake)."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    controller: DraftController
+    model_drafter: ModelDrafter | None
+    lookup: PromptLookupDrafter
+    speculation_blocked: str
 
 _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
 
@@ -73,7 +87,7 @@ class TextStream:
 
 
 def generate(
-    pair: SpeculativePair,
+    pair: LoopPair,
     prompt: list[int],
     *,
     mode: Mode,

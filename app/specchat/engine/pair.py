@@ -9,7 +9,6 @@ starts from them.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,10 +17,12 @@ from specchat.models.compatibility import check_pair
 from specchat.models.gguf_header import GGUFError
 
 from .calibration import calibrate
+from .cancel import CancelToken
 from .chat import ChatFormat, ChatPrompt
 from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .events import Event
+from .generate import generate
 from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
 from .settings import ControllerSettings, Mode, SamplingSettings
 
@@ -30,18 +31,6 @@ class IncompatiblePair(LlamaError):
     """The draft cannot serve the target; the message names the first reason."""
 
 
-class CancelToken:
-    """Set from any thread; the engine checks it between rounds."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +140,5 @@ class SpeculativePair:
         stop: Sequence[str] = (),
         cancel: CancelToken | None = None,
     ) -> Iterator[Event]:
-        from .generate import generate
-
         return generate(self, list(prompt), mode=mode, sampling=sampling or SamplingSettings(), max_tokens=max_tokens, stop=stop,
                         cancel=cancel)

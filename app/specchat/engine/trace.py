@@ -293,7 +293,7 @@ def _prompt_from(doc: object, k_max: int, source: str, n: int) -> PromptTrace:
                 not all(_int_list(row, lo=0, hi=1000) and len(row) <= k_max for row in v):
             raise _fail(source, f"{where}: '{key}' must hold a list of up to {k_max} thousandths per position")
     agree = doc.get("lookup_agree", [])
-    if not _int_list(agree, lo=0, hi=1 << 20) or len(agree) not in (0, positions):  # type: ignore[arg-type]
+    if not _int_list(agree, lo=0, hi=1 << 20) or len(agree) not in (0, positions):
         raise _fail(source, f"{where}: 'lookup_agree' must hold {positions} whole numbers, or be left out")
     if any(m > ln for m, ln in zip(doc["lookup_match"], doc["lookup_len"], strict=True)):
         raise _fail(source, f"{where}: a lookup match is longer than its proposal")
@@ -312,7 +312,7 @@ def _prompt_from(doc: object, k_max: int, source: str, n: int) -> PromptTrace:
                        int(prompt_tokens), int(max_tokens), list(tokens), ended,  # type: ignore[arg-type]
                        list(doc["draft_match"]), [list(r) for r in doc["draft_p"]],
                        [list(r) for r in doc["draft_p10"]], list(doc["lookup_len"]), list(doc["lookup_match"]),
-                       list(agree))  # type: ignore[arg-type]
+                       list(agree))
 
 
 def load_trace(path: Path) -> Trace:

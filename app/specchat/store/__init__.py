@@ -8,8 +8,8 @@ tokens).  At the next open, an answer that was interrupted is marked "stopped" a
 its text.
 """
 
-from .chats import AnswerWriter, Store
-from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available, open_store
+from .chats import AnswerWriter, Store, open_store
+from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available
 from .records import (
     ANSWER_STATES,
     PLAIN_MODE,

@@ -16,10 +16,11 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from . import task_stats
-from .db import FTS_TABLE, transaction
+from .db import FTS_TABLE, connect, default_path, ensure_search_index, transaction
 from .records import (
     FINAL_STATES,
     ROLES,
@@ -414,3 +415,30 @@ def _message(row: Mapping[str, Any]) -> Message:
         content_spans=row["content_spans"],
     )
 
+
+def open_store(
+    path: Path | None = None,
+    *,
+    fts: bool | None = None,
+    flush_interval: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
+    recover: bool = True,
+) -> Store:
+    """Open (or create) the chat database and return a ready :class:`Store`.
+
+    ``path`` defaults to :func:`default_path`.  ``fts`` forces the full-text index on or
+    off (None: use it when available).  ``recover`` marks answers left "streaming" by a
+    killed process as "stopped", keeping their text; a tool that opens the file while the
+    app is running (and may be streaming) must pass ``recover=False``.
+    """
+    conn = connect(default_path() if path is None else Path(path))
+    try:
+        use_fts = ensure_search_index(conn, fts)
+    except BaseException:
+        conn.close()
+        raise
+    store = Store(conn, fts=use_fts, flush_interval=flush_interval, clock=clock, now=now)
+    if recover:
+        store.recover_interrupted()
+    return store

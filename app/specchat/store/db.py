@@ -17,7 +17,7 @@ Threads: a ``sqlite3.Connection`` belongs to the thread that opened it (we keep 
 thread opens the store and is its only user; the generation worker never writes: it
 sends its immutable events to the GUI thread, which appends them through an
 ``AnswerWriter``.  A tool that needs the database on another thread opens its own
-connection with :func:`open_store`.
+connection with :func:`specchat.store.chats.open_store`.
 
 Schema changes are forward migrations (schema.py): ``MIGRATIONS[n]`` turns version
 ``n - 1`` into version ``n``, with SQL statements and, where SQL cannot say it (rewriting
@@ -32,17 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specchat.errors import UserError
 
 from .schema import MIGRATIONS, Migration
-
-if TYPE_CHECKING:
-    from .chats import Store
 
 DB_FILENAME = "specchat.sqlite3"
 
@@ -198,33 +193,3 @@ def ensure_search_index(conn: sqlite3.Connection, want: bool | None = None) -> b
         with contextlib.suppress(sqlite3.OperationalError):
             conn.execute(f"DROP TABLE {FTS_TABLE}")
     return use
-
-
-def open_store(
-    path: Path | None = None,
-    *,
-    fts: bool | None = None,
-    flush_interval: float = 0.5,
-    clock: Callable[[], float] = time.monotonic,
-    now: Callable[[], float] = time.time,
-    recover: bool = True,
-) -> Store:
-    """Open (or create) the chat database and return a ready :class:`Store`.
-
-    ``path`` defaults to :func:`default_path`.  ``fts`` forces the full-text index on or
-    off (None: use it when available).  ``recover`` marks answers left "streaming" by a
-    killed process as "stopped", keeping their text; a tool that opens the file while the
-    app is running (and may be streaming) must pass ``recover=False``.
-    """
-    from .chats import Store
-
-    conn = connect(default_path() if path is None else Path(path))
-    try:
-        use_fts = ensure_search_index(conn, fts)
-    except BaseException:
-        conn.close()
-        raise
-    store = Store(conn, fts=use_fts, flush_interval=flush_interval, clock=clock, now=now)
-    if recover:
-        store.recover_interrupted()
-    return store

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from specchat import metrics
 from specchat.metrics import ANSWER, COUNT_FIELDS, REASONING, Counts, PhaseSplit
@@ -26,8 +26,14 @@ from .db import transaction
 from .records import PLAIN_MODE, TASK_TAGS, normalize_mode
 
 if TYPE_CHECKING:
-    from .chats import Store
     from .records import MessageStats
+
+
+class _Database(Protocol):
+    """What the task statistics read: the store's connection (a Store; no import of it, no circle)."""
+
+    @property
+    def connection(self) -> sqlite3.Connection: ...
 
 __all__ = ["PLAIN_MODE", "TASK_TAGS", "TaskRow", "record_run", "reset_task_stats", "task_table"]
 
@@ -114,7 +120,7 @@ def record_run(
     return True
 
 
-def task_table(store: Store, *, target: Path | str | None = None) -> list[TaskRow]:
+def task_table(store: _Database, *, target: Path | str | None = None) -> list[TaskRow]:
     """One row per task tag: built-in tags first (in their usual order), then the user's.
 
     Speeds measured with different target models are not comparable, so the window
@@ -146,7 +152,7 @@ def task_table(store: Store, *, target: Path | str | None = None) -> list[TaskRo
     return table
 
 
-def _phases(store: Store, target: list[object]) -> dict[str, PhaseSplit]:
+def _phases(store: _Database, target: list[object]) -> dict[str, PhaseSplit]:
     """Per tag, the speculative answers' reasoning and answer phases, summed."""
     sums = ", ".join(f"sum(p.{f}) AS {f}" for f in COUNT_FIELDS)
     sql = (f"SELECT r.tag AS tag, p.phase AS phase, {sums} FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
@@ -158,7 +164,7 @@ def _phases(store: Store, target: list[object]) -> dict[str, PhaseSplit]:
     return out
 
 
-def reset_task_stats(store: Store, tag: str | None = None) -> int:
+def reset_task_stats(store: _Database, tag: str | None = None) -> int:
     """Forget the measurements (of one tag, or all); returns how many answers were dropped."""
     with transaction(store.connection) as conn:
         if tag is None:
