@@ -7,8 +7,8 @@ functions too):
   models.  Never ``engine.runtime`` (which loads llama.cpp), the generation loop or its
   parts, and never ``llama_cpp`` itself: llama.cpp runs in the generation thread;
 - no import circle between specchat's modules (an import inside a function or under
-  ``TYPE_CHECKING`` counts: it is a dependency all the same), but the ones
-  :data:`KNOWN_CIRCLES` names while they are being taken apart.
+  ``TYPE_CHECKING`` counts: it is a dependency all the same), but any :data:`KNOWN_CIRCLES`
+  names while it is being taken apart (none now).
 
     python scripts/check_layers.py      # exit 1 and one line per breach
 """
@@ -53,11 +53,8 @@ UI_ALLOWED = (
 )
 
 
-# Circles still being taken apart (issue 23), each with what breaks it; a new one fails CI.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"specchat.ui.main_window", "specchat.ui.session"}):
-        "the session builds its window and the window reads the session: the app should build both",
-}
+# Circles still being taken apart, each with what breaks it (none: the last four went in issue 23).
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 def imports(path: Path, package: str) -> list[tuple[int, str]]:

@@ -9,7 +9,7 @@ it is given.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import psutil
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -37,7 +37,30 @@ from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
 
 if TYPE_CHECKING:
-    from .session import AppSession
+    from specchat.config import AppConfig
+    from specchat.models.registry import Registry
+    from specchat.profile import Profile
+    from specchat.store import Store
+    from specchat.telemetry import TelemetryRecorder
+    from specchat.workers.answers import AnswerService
+    from specchat.workers.download import DownloadService
+    from specchat.workers.hub_tasks import HubTasks
+
+
+class WindowSession(Protocol):
+    """What the window reads of the session that builds it (:class:`.session.AppSession`), which owns
+    the store, the threads and the settings; the window owns none of them (and imports no session)."""
+
+    store: Store
+    answers: AnswerService
+    config: AppConfig
+    recorder: TelemetryRecorder
+    registry: Registry
+    downloads: DownloadService
+    hub: HubTasks
+    profile: Profile
+
+    def set_config(self, config: AppConfig) -> None: ...
 
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
@@ -45,7 +68,7 @@ FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model,
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, session: AppSession, *, sampler: MemorySampler | None = None,
+    def __init__(self, session: WindowSession, *, sampler: MemorySampler | None = None,
                  window_state: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
         self.session = session
