@@ -329,7 +329,9 @@ def test_specchats_greedy_answer_is_the_same_in_every_mode_on_an_agreement_pair(
     assert len(answers[Mode.BASELINE]) == 96
     assert all(answers[m] == answers[Mode.BASELINE] for m in answers), {m.value: a[:12] for m, a in answers.items()}
     draft = counts[Mode.DRAFT]
-    assert draft.drafted > 20 and 0.7 <= draft.accepted / draft.drafted <= 1.0  # the draft ran, at about alpha
+    # the draft ran, and was right at about alpha per token: accepted / (accepted + rejections), since a
+    # round stops at its first rejection (accepted / drafted falls with K: 0.70 at the K the costs chose)
+    assert draft.drafted > 20 and 0.75 <= draft.accepted / (draft.accepted + draft.rejections) <= 1.0, draft
 
 
 # -- the side by side, proven on the CPU: tiny pairs, the test llama-server ---------------------
