@@ -34,6 +34,8 @@ MATCH_CLASSES = (1, 2, 4, 8)
 def match_class(match: int) -> int:
     """The class of a prompt-lookup match of ``match`` tokens (0: not known)."""
     return max((c for c in MATCH_CLASSES if c <= match), default=0)
+
+
 STAY_PRIOR = 8.0  # rounds a drafter is assumed to draft in a row before it has run (see DraftController._stay)
 P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
 
@@ -282,7 +284,8 @@ class DraftController:
 
         Where batch shapes matter (CUDA graphs), ``held`` is the verify size the target replays now
         and ``change_s`` what a change of it costs (engine/shapes.py): a draft that fits the held
-        size pays for the whole of it, one that needs more pays the change on top.  Without it,
+        size pays for the whole of it, one that needs more pays a change there and one back, shared
+        by the rounds this drafter usually drafts in a row.  Without it,
         lookup drafted a token or two at every weak match and re-captured at every other round
         (simulated H100: 37 re-captures in 113 rounds of a code answer, 0.77x plain)."""
         s = self.settings
