@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import test_models  # noqa: E402  (scripts/test_models.py)
+from tiers import inner  # noqa: E402  (tests/tiers.py)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -30,28 +31,10 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
 MODEL_FIXTURES = frozenset({"qwen_target", "qwen_draft", "gemma", "smollm"})
 
 
-# The inner loop (``pytest -m inner``): the Qt-free core and the UI flows that take well under a
-# second each; no model file, no subprocess-heavy or kill-and-restart test (those stay in the fast tier).
-INNER = (
-    "tests/engine/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
-    "tests/test_layers.py", "tests/test_files.py", "tests/workers/test_services_on_the_fake.py",
-    "tests/workers/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
-    "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
-    "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",
-    "tests/ui/test_theme_contrast.py",
-)
-# in those places, what runs a child process or a whole command (about 5 s of the inner loop's 20)
-INNER_EXCEPT = (
-    "tests/store/test_crash_safety.py",
-    "tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line",
-    "tests/engine/test_simulate.py::test_the_agreement_table_has_one_column_per_share_and_the_kits_goals",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses a real model file, directly or through another fixture, is ``real_models``:
     the fast tier (``-m "not real_models"``) can never start a 1 GB download by accident.  The others
-    under :data:`INNER` are ``inner``, but for :data:`INNER_EXCEPT` and any marked ``slow``."""
+    in the inner loop (tests/tiers.py) are ``inner``, but any marked ``slow``."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_models)
@@ -59,10 +42,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if inner(item.nodeid) and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.inner)
 
-
-def inner(nodeid: str) -> bool:
-    """Is this test (its id from the repository root) in the inner loop?"""
-    return nodeid.split("::")[0].startswith(INNER) and not nodeid.startswith(INNER_EXCEPT)
 
 
 @pytest.fixture(autouse=True)

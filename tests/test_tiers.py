@@ -1,14 +1,14 @@
-"""The inner loop (``pytest -m inner``) is a list of places in tests/conftest.py: it must not rot."""
+"""The inner loop (``pytest -m inner``) is a list of places in tests/tiers.py: it must not rot."""
 
 from pathlib import Path
 
-import conftest
+import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_place_the_inner_loop_names_exists():
-    for place in conftest.INNER + conftest.INNER_EXCEPT:
+    for place in tiers.INNER + tiers.INNER_EXCEPT:
         path, _, test = place.partition("::")
         assert (ROOT / path).exists(), place  # a renamed file would silently leave the inner loop
         if test:
@@ -16,9 +16,9 @@ def test_every_place_the_inner_loop_names_exists():
 
 
 def test_the_inner_loop_takes_the_core_and_leaves_child_processes_and_slow_flows_out():
-    assert conftest.inner("tests/engine/test_controller.py::test_expected_tokens_per_round")
-    assert conftest.inner("tests/ui/test_main_window.py::test_x[a]")
-    assert not conftest.inner("tests/store/test_crash_safety.py::test_a_killed_process_loses_at_most_the_last_second")
-    assert not conftest.inner("tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line")
-    assert not conftest.inner("tests/ui/test_closing.py::test_x")  # a UI flow of seconds
-    assert not conftest.inner("tests/remote/test_counters.py::test_x")
+    assert tiers.inner("tests/engine/test_controller.py::test_expected_tokens_per_round")
+    assert tiers.inner("tests/ui/test_main_window.py::test_x[a]")
+    assert not tiers.inner("tests/store/test_crash_safety.py::test_a_killed_process_loses_at_most_the_last_second")
+    assert not tiers.inner("tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line")
+    assert not tiers.inner("tests/ui/test_closing.py::test_x")  # a UI flow of seconds
+    assert not tiers.inner("tests/remote/test_counters.py::test_x")

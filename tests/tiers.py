@@ -1,0 +1,25 @@
+"""Which tests make the inner loop (``pytest -m inner``; tests/conftest.py marks them)."""
+
+from __future__ import annotations
+
+# The inner loop (``pytest -m inner``): the Qt-free core and the UI flows that take well under a
+# second each; no model file, no subprocess-heavy or kill-and-restart test (those stay in the fast tier).
+INNER = (
+    "tests/engine/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
+    "tests/test_layers.py", "tests/test_files.py", "tests/workers/test_services_on_the_fake.py",
+    "tests/workers/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
+    "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
+    "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",
+    "tests/ui/test_theme_contrast.py",
+)
+# in those places, what runs a child process or a whole command (about 5 s of the inner loop's 20)
+INNER_EXCEPT = (
+    "tests/store/test_crash_safety.py",
+    "tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line",
+    "tests/engine/test_simulate.py::test_the_agreement_table_has_one_column_per_share_and_the_kits_goals",
+)
+
+
+def inner(nodeid: str) -> bool:
+    """Is this test (its id from the repository root) in the inner loop?"""
+    return nodeid.split("::")[0].startswith(INNER) and not nodeid.startswith(INNER_EXCEPT)
