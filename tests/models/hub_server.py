@@ -58,6 +58,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+POLL_S = 0.02  # how often serve_forever looks for shutdown(): the default 0.5 s made every stop wait (34 teardowns, 17 s)
+
 COMMIT = "5f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"
 BLOCK = 1 << 20
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)$")
@@ -221,7 +223,7 @@ class HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="hub-server", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(POLL_S,), name="hub-server", daemon=True)
         self._thread.start()
         return self
 
