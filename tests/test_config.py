@@ -224,3 +224,46 @@ def test_model_paths_expand_home_and_resolve_next_to_the_file(tmp_path, monkeypa
     assert c.model_path("target") == tmp_path / "deploy" / "models" / "big.gguf"
     assert c.model_path("draft") == tmp_path / "small.gguf"
     assert AppConfig(tmp_path / "none.toml").model_path("target") is None
+
+
+# -- a change says which keys changed; the schema says which of them reload the pair ---------------
+
+
+def _another_value(s):
+    """A valid value of setting ``s`` other than its default."""
+    if s.choices:
+        return next(c for c in s.choices if c != s.default)
+    if isinstance(s.default, str):
+        return "elsewhere.gguf"
+    if isinstance(s.default, int):
+        return s.default + 1 if s.hi is None or s.default + 1 <= s.hi else s.default - 1
+    return (s.default + s.hi) / 2
+
+
+def test_a_change_names_exactly_the_keys_that_changed(tmp_path):
+    c = AppConfig(tmp_path / "config.toml")
+    change = c.change_to(c.replaced({"theme": "dark", "n_ctx": 4096, "min_token_acceptance": 0.3}))
+    assert change.keys == {"theme", "min_token_acceptance"}  # n_ctx is 4096 already
+    assert change.old is c and change.new["theme"] == "dark" and change.reloads_pair
+    assert not c.change_to(c.replaced({"theme": "dark"})).reloads_pair
+    assert not c.change_to(c.replaced({"n_ctx": 4096}))  # nothing changed: no keys, false
+
+
+def test_reloads_pair_is_declared_on_exactly_the_keys_the_pair_is_loaded_with(tmp_path):
+    """The flag in the schema is the truth about pair_config(): a key that goes into how the pair
+    is loaded reloads it, any other key (theme, default mode, ...) leaves the loaded pair alone."""
+    from specchat.config import SCHEMA
+    from specchat.pair_loading import pair_config
+    from specchat.profile import Profile
+
+    profile = Profile.at(tmp_path / "p")
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.touch()
+    draft.touch()
+    base = AppConfig(tmp_path / "config.toml")
+    loaded = pair_config(base, profile, target, draft)
+    assert any(s.reloads_pair for s in SCHEMA) and not all(s.reloads_pair for s in SCHEMA)
+    for s in SCHEMA:
+        changed = base.replaced({s.key: _another_value(s)})
+        assert (pair_config(changed, profile, target, draft) != loaded) == s.reloads_pair, s.key
+        assert base.change_to(changed).reloads_pair == s.reloads_pair

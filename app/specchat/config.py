@@ -66,6 +66,9 @@ class Setting:
     choices: tuple[str, ...] = ()
     help: str = ""
     legacy: tuple[tuple[str, str], ...] = ()  # (old value, its name now): read, never written
+    # a change reloads the loaded pair: the key goes into how the pair is loaded (PairConfig: model
+    # options and the controller it is built with, or the managed server's command line)
+    reloads_pair: bool = False
 
     def check(self, value: object) -> object:
         """The value as stored, or ConfigError naming the key.  NaN and infinity are refused."""
@@ -108,12 +111,14 @@ SCHEMA: tuple[Setting, ...] = (
                  "'specchat chat' / 'bench' when --target is not given"),
     Setting("draft", "Default draft model (GGUF file)", "",
             help="the small model that proposes tokens (same tokenizer as the target); empty: none"),
-    Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once"),
+    Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once",
+            reloads_pair=True),
     Setting("gpu_layers", "GPU layers, target (-1 = all)", -1, -1, 999,
-            help="layers of the target offloaded to the GPU; 0 runs it on the CPU"),
+            help="layers of the target offloaded to the GPU; 0 runs it on the CPU", reloads_pair=True),
     Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
-            help="layers of the draft offloaded to the GPU"),
-    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding"),
+            help="layers of the draft offloaded to the GPU", reloads_pair=True),
+    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding",
+            reloads_pair=True),
     Setting("decode_nice", "Decoding priority below the window (nice)", DECODE_NICE, 0, 19,
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
@@ -121,18 +126,24 @@ SCHEMA: tuple[Setting, ...] = (
             choices=("auto", "draft", "lookup", "baseline"), legacy=(("off", "baseline"),),
             help="auto: speculate only where it pays; draft: always the draft model; "
                  "lookup: n-grams from the prompt; baseline: plain decoding"),
-    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
-    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
+    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens",
+            reloads_pair=True),
+    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens",
+            reloads_pair=True),
     Setting("lookup_k_max", "Longest prompt-lookup draft", _C.lookup_k_max, 1, 32,
-            help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)"),
+            help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)",
+            reloads_pair=True),
     Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
-            help="the draft stops proposing when its own top token is less likely than this"),
+            help="the draft stops proposing when its own top token is less likely than this", reloads_pair=True),
     Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0,
-            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while"),
+            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while",
+            reloads_pair=True),
     Setting("min_sequence_acceptance", "Fall back below sequence acceptance", _C.min_sequence_acceptance,
-            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while"),
+            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while",
+            reloads_pair=True),
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
-            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
+            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding",
+            reloads_pair=True),
     Setting("theme", "Theme", "system", choices=("system", "light", "dark"),
             help="system follows the desktop's light or dark scheme as it changes"),
     Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,
@@ -140,6 +151,31 @@ SCHEMA: tuple[Setting, ...] = (
                  "header needs more is refused. At most 5% of a file is read, but 16 MiB is always allowed"),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
+# the settings the draft-length controller (and the telemetry panel's guard-rail lines) take: _controller_of
+CONTROLLER_KEYS = frozenset({"k_min", "k_max", "p_min", "lookup_k_max", "min_token_acceptance",
+                             "min_sequence_acceptance", "fallback_warning_share"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """New settings took force: which keys changed, and the settings before and after.
+
+    Made by :meth:`AppConfig.change_to`; whoever holds the settings in force announces it (the
+    window's :class:`specchat.workers.settings.SettingsHolder`), and each listener reads the keys
+    it cares about.
+    """
+
+    keys: frozenset[str]
+    old: AppConfig
+    new: AppConfig
+
+    @property
+    def reloads_pair(self) -> bool:
+        """A changed key goes into how the pair is loaded (declared with ``reloads_pair`` in :data:`SCHEMA`)."""
+        return any(BY_KEY[k].reloads_pair for k in self.keys)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
 
 
 
@@ -197,6 +233,7 @@ def check_rules(values: Mapping[str, object]) -> None:
 
 
 def _controller_of(values: Mapping[str, object]) -> ControllerSettings:
+    # reads exactly CONTROLLER_KEYS
     return ControllerSettings(
         k_min=as_int(values["k_min"]), k_max=as_int(values["k_max"]), p_min=as_float(values["p_min"]),
         lookup_k_max=as_int(values["lookup_k_max"]),
@@ -366,6 +403,11 @@ class AppConfig:
             aside = files.move_aside(self.path)
             files.warn(f"{exc}: moved aside to {aside}; the settings were saved to a new {self.path.name}")
             return dict(self._base)
+
+    def change_to(self, new: AppConfig) -> ConfigChange:
+        """What taking ``new`` in place of these settings changes (no keys: nothing)."""
+        keys = frozenset(s.key for s in SCHEMA if self.values[s.key] != new.values[s.key])
+        return ConfigChange(keys, self, new)
 
     def model_path(self, key: str) -> Path | None:
         """``target`` or ``draft`` as a path (``~`` expanded, relative to the config file), None if unset."""
