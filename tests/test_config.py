@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,8 @@ def test_saved_values_come_back(tmp_path):
     ("n_ctx = 'big'", "n_ctx: must be a whole number"),
     ("p_min = 1.5", "p_min: must be between 0 and 1"),
     ("default_mode = 'turbo'", "default_mode: must be one of auto, draft, lookup, baseline"),
-    ("colour = 1", "unknown key 'colour'"),
+    ("version = 'two'", "version: must be a whole number from 1"),  # an unknown key is kept: below
+    ("version = 0", "version: must be a whole number from 1"),
     ("n_ctx = ", "not valid TOML"),
     ("p_min = nan", "p_min: must be a finite number"),
     ("min_token_acceptance = inf", "min_token_acceptance: must be a finite number"),
@@ -224,3 +226,150 @@ def test_model_paths_expand_home_and_resolve_next_to_the_file(tmp_path, monkeypa
     assert c.model_path("target") == tmp_path / "deploy" / "models" / "big.gguf"
     assert c.model_path("draft") == tmp_path / "small.gguf"
     assert AppConfig(tmp_path / "none.toml").model_path("target") is None
+
+
+# -- a change says which keys changed; the schema says which of them reload the pair ---------------
+
+
+def _another_value(s):
+    """A valid value of setting ``s`` other than its default."""
+    if s.choices:
+        return next(c for c in s.choices if c != s.default)
+    if isinstance(s.default, str):
+        return "elsewhere.gguf"
+    if isinstance(s.default, int):
+        return s.default + 1 if s.hi is None or s.default + 1 <= s.hi else s.default - 1
+    return (s.default + s.hi) / 2
+
+
+def test_a_change_names_exactly_the_keys_that_changed(tmp_path):
+    c = AppConfig(tmp_path / "config.toml")
+    change = c.change_to(c.replaced({"theme": "dark", "n_ctx": 4096, "min_token_acceptance": 0.3}))
+    assert change.keys == {"theme", "min_token_acceptance"}  # n_ctx is 4096 already
+    assert change.old is c and change.new["theme"] == "dark" and change.reloads_pair
+    assert not c.change_to(c.replaced({"theme": "dark"})).reloads_pair
+    assert not c.change_to(c.replaced({"n_ctx": 4096}))  # nothing changed: no keys, false
+
+
+def test_reloads_pair_is_declared_on_exactly_the_keys_the_pair_is_loaded_with(tmp_path):
+    """The flag in the schema is the truth about pair_config(): a key that goes into how the pair
+    is loaded reloads it, any other key (theme, default mode, ...) leaves the loaded pair alone."""
+    from specchat.config import SCHEMA
+    from specchat.pair_loading import pair_config
+    from specchat.profile import Profile
+
+    profile = Profile.at(tmp_path / "p")
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.touch()
+    draft.touch()
+    base = AppConfig(tmp_path / "config.toml")
+    loaded = pair_config(base, profile, target, draft)
+    assert any(s.reloads_pair for s in SCHEMA) and not all(s.reloads_pair for s in SCHEMA)
+    for s in SCHEMA:
+        changed = base.replaced({s.key: _another_value(s)})
+        assert (pair_config(changed, profile, target, draft) != loaded) == s.reloads_pair, s.key
+        assert base.change_to(changed).reloads_pair == s.reloads_pair
+
+
+# -- a version, migrations, and the keys this SpecChat does not know -----------------------------------
+
+
+def test_a_save_writes_the_version_and_a_file_without_one_is_migrated_from_version_1(tmp_path):
+    from specchat.config import CONFIG_VERSION, MIGRATIONS
+
+    assert CONFIG_VERSION == len(MIGRATIONS) + 1 >= 2
+    path = tmp_path / "config.toml"
+    path.write_text('default_mode = "off"\nn_ctx = 2048\n')  # version 1: no version line, plain was "off"
+    c = AppConfig(path)
+    assert c["default_mode"] == "baseline" and c["n_ctx"] == 2048
+    assert path.read_text() == 'default_mode = "off"\nn_ctx = 2048\n'  # reading never writes
+    c.apply({"theme": "dark"})
+    doc = tomllib.loads(path.read_text())
+    assert doc == {"version": CONFIG_VERSION, "default_mode": "baseline", "n_ctx": 2048, "theme": "dark"}
+    path.write_text(f'version = {CONFIG_VERSION}\ndefault_mode = "off"\n')  # "off" is not a version 2 value
+    with pytest.raises(ConfigError, match="default_mode: must be one of"):
+        AppConfig(path)
+
+
+def test_a_config_from_a_newer_specchat_is_refused_in_one_line_and_never_touched(tmp_path, capsys):
+    from specchat.cli import main
+    from specchat.config import CONFIG_VERSION
+    from specchat.profile import Profile
+
+    profile = Profile.at(tmp_path / "p")
+    path = profile.config_file
+    path.parent.mkdir(parents=True)
+    content = f'version = {CONFIG_VERSION + 1}\nn_ctx = 8192\nnew_in_v3 = "x"\n'.encode()
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        AppConfig(path)
+    assert str(err.value).startswith(f"{path}: written by a newer SpecChat (config version {CONFIG_VERSION + 1}")
+    assert "\n" not in str(err.value)
+    assert main(["config"], profile=profile) == 2
+    out = capsys.readouterr().err
+    assert out.count("\n") == 1 and out.startswith(f"specchat: {path}: written by a newer SpecChat")
+    # a window opened before the newer SpecChat wrote it: its save is refused, the file is left alone
+    path.write_text("n_ctx = 2048\n")
+    window = AppConfig(path)
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="written by a newer SpecChat"):
+        window.apply({"theme": "dark"})
+    assert window["theme"] == "system" and path.read_bytes() == content
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.toml", "config.toml.lock"]  # nothing aside
+
+
+UNKNOWN = """n_ctx = 2048
+colour = "teal"
+"odd key" = [1, 2.5, "three"]
+when = 2024-05-01T10:00:00Z
+
+[plugin]
+name = "x"
+opts = { depth = 3, tags = ["a"] }
+"""
+
+
+def test_an_unknown_key_is_kept_with_one_warning_and_survives_every_save(tmp_path, caplog):
+    path = tmp_path / "config.toml"
+    path.write_text(UNKNOWN)
+    want = {k: v for k, v in tomllib.loads(UNKNOWN).items() if k != "n_ctx"}
+    c = AppConfig(path)
+    [message] = [r.getMessage() for r in caplog.records if r.name == "specchat"]
+    assert message.startswith(f"{path}: unknown keys 'colour', 'odd key', 'when', 'plugin'") and "kept" in message
+    assert c["n_ctx"] == 2048 and c.unknown == want
+    c.apply({"theme": "dark"})
+    c.replaced({"k_max": 4}).save()
+    doc = tomllib.loads(path.read_text())
+    assert {k: doc[k] for k in want} == want  # every value as it was (the table now inline)
+    assert (doc["theme"], doc["k_max"], doc["n_ctx"]) == ("dark", 4, 2048)
+    again = AppConfig(path)
+    assert again.unknown == want and again["theme"] == "dark"
+
+
+def test_settings_saved_from_the_dialog_keep_the_unknown_keys(qtbot, tmp_path):
+    from specchat.ui.settings_dialogs import SettingsDialog
+
+    path = tmp_path / "config.toml"
+    path.write_text(UNKNOWN)
+    dialog = SettingsDialog(AppConfig(path))
+    qtbot.addWidget(dialog)
+    dialog.fields["theme"].setCurrentText("light")
+    dialog.save()
+    assert dialog.result_config is not None
+    doc = tomllib.loads(path.read_text())
+    assert doc["colour"] == "teal" and doc["plugin"] == {"name": "x", "opts": {"depth": 3, "tags": ["a"]}}
+    assert doc["theme"] == "light"
+
+
+def test_an_unknown_key_on_the_command_line_is_one_stderr_line_and_the_command_runs(tmp_path, capsys):
+    from specchat.cli import main
+    from specchat.profile import Profile
+
+    profile = Profile.at(tmp_path / "p")
+    profile.config_file.parent.mkdir(parents=True)
+    profile.config_file.write_text("colour = 1\nn_ctx = 2048\n")
+    assert main(["config"], profile=profile) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (f"specchat: {profile.config_file}: unknown key 'colour': not a setting of this "
+                            "SpecChat version; kept in the file, unused\n")
+    assert "n_ctx = 2048" in captured.out

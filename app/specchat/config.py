@@ -10,15 +10,24 @@ always whole and valid.  Qt-free.
 Changing settings from a dialog: ``candidate = config.replaced(values)`` checks
 everything and touches nothing (ConfigError: show it, keep the dialog open);
 ``config.apply(values)`` does that, saves, and only then takes the new values;
-Cancel does nothing, so the config stays exactly as it was.
+Cancel does nothing, so the config stays exactly as it was.  What new settings change is a
+:class:`ConfigChange` (:meth:`AppConfig.change_to`): the keys, and the settings before and after.
+
+The file has a format version (``version = N``, written on every save; none: version 1).  An
+older file is brought up to date on load by :data:`MIGRATIONS` (one function per version step)
+and written in the new form at the next save; a file from a newer SpecChat is refused with one
+line and never touched.  A key this SpecChat does not know (a newer version's, a typo) is kept:
+one warning names it and the file, and every save writes it back as it was.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import textwrap
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,13 +74,14 @@ class Setting:
     hi: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
-    legacy: tuple[tuple[str, str], ...] = ()  # (old value, its name now): read, never written
+    # a change reloads the loaded pair: the key goes into how the pair is loaded (PairConfig: model
+    # options and the controller it is built with, or the managed server's command line)
+    reloads_pair: bool = False
 
     def check(self, value: object) -> object:
         """The value as stored, or ConfigError naming the key.  NaN and infinity are refused."""
         d = self.default
         if self.choices:
-            value = dict(self.legacy).get(value, value) if isinstance(value, str) else value
             if value not in self.choices:
                 raise ConfigError(f"{self.key}: must be one of {', '.join(self.choices)} (got {_short(value)})")
             return value
@@ -108,31 +118,39 @@ SCHEMA: tuple[Setting, ...] = (
                  "'specchat chat' / 'bench' when --target is not given"),
     Setting("draft", "Default draft model (GGUF file)", "",
             help="the small model that proposes tokens (same tokenizer as the target); empty: none"),
-    Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once"),
+    Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once",
+            reloads_pair=True),
     Setting("gpu_layers", "GPU layers, target (-1 = all)", -1, -1, 999,
-            help="layers of the target offloaded to the GPU; 0 runs it on the CPU"),
+            help="layers of the target offloaded to the GPU; 0 runs it on the CPU", reloads_pair=True),
     Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
-            help="layers of the draft offloaded to the GPU"),
-    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding"),
+            help="layers of the draft offloaded to the GPU", reloads_pair=True),
+    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding",
+            reloads_pair=True),
     Setting("decode_nice", "Decoding priority below the window (nice)", DECODE_NICE, 0, 19,
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
-            choices=("auto", "draft", "lookup", "baseline"), legacy=(("off", "baseline"),),
+            choices=("auto", "draft", "lookup", "baseline"),
             help="auto: speculate only where it pays; draft: always the draft model; "
                  "lookup: n-grams from the prompt; baseline: plain decoding"),
-    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
-    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
+    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens",
+            reloads_pair=True),
+    Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens",
+            reloads_pair=True),
     Setting("lookup_k_max", "Longest prompt-lookup draft", _C.lookup_k_max, 1, 32,
-            help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)"),
+            help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)",
+            reloads_pair=True),
     Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
-            help="the draft stops proposing when its own top token is less likely than this"),
+            help="the draft stops proposing when its own top token is less likely than this", reloads_pair=True),
     Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0,
-            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while"),
+            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while",
+            reloads_pair=True),
     Setting("min_sequence_acceptance", "Fall back below sequence acceptance", _C.min_sequence_acceptance,
-            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while"),
+            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while",
+            reloads_pair=True),
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
-            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
+            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding",
+            reloads_pair=True),
     Setting("theme", "Theme", "system", choices=("system", "light", "dark"),
             help="system follows the desktop's light or dark scheme as it changes"),
     Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,
@@ -140,8 +158,51 @@ SCHEMA: tuple[Setting, ...] = (
                  "header needs more is refused. At most 5% of a file is read, but 16 MiB is always allowed"),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
+# the settings the draft-length controller (and the telemetry panel's guard-rail lines) take: _controller_of
+CONTROLLER_KEYS = frozenset({"k_min", "k_max", "p_min", "lookup_k_max", "min_token_acceptance",
+                             "min_sequence_acceptance", "fallback_warning_share"})
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """New settings took force: which keys changed, and the settings before and after.
+
+    Made by :meth:`AppConfig.change_to`; whoever holds the settings in force announces it (the
+    window's :class:`specchat.workers.settings.SettingsHolder`), and each listener reads the keys
+    it cares about.
+    """
+
+    keys: frozenset[str]
+    old: AppConfig
+    new: AppConfig
+
+    @property
+    def reloads_pair(self) -> bool:
+        """A changed key goes into how the pair is loaded (declared with ``reloads_pair`` in :data:`SCHEMA`)."""
+        return any(BY_KEY[k].reloads_pair for k in self.keys)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+
+
+# -- the file's version, and the migrations that bring an older file up to it ------------------------
+
+CONFIG_VERSION = 2
+Doc = dict[str, object]  # a config file's keys and values, as TOML read them
+
+
+def _v1_to_v2(doc: Doc) -> Doc:
+    """Version 2: the default mode "off" is called "baseline" (the engine's name for plain decoding)."""
+    return doc | {"default_mode": "baseline"} if doc.get("default_mode") == "off" else doc
+
+
+# MIGRATIONS[i] turns a file of version i + 1 into one of version i + 2; a file is read as the
+# current version after every step from its own.  Add one (and bump CONFIG_VERSION) when a key is
+# renamed, moved or its values change meaning; never edit one that shipped.
+MIGRATIONS: tuple[Callable[[Doc], Doc], ...] = (_v1_to_v2,)
+assert len(MIGRATIONS) == CONFIG_VERSION - 1
 
 
 def default_config_path() -> Path:
@@ -154,7 +215,9 @@ def example_toml() -> str:
              "# (Linux ~/.config/specchat, macOS ~/Library/Application Support/specchat,",
              "# Windows %LOCALAPPDATA%\\specchat), DIR/config.toml with 'specchat --profile DIR',",
              "# or any file given with 'specchat --config FILE'.",
-             "# Every key is optional; the values below are the defaults.", ""]
+             "# Every key is optional; the values below are the defaults.", "",
+             "# The file's format version: SpecChat writes it, and brings an older file up to date",
+             f"version = {CONFIG_VERSION}", ""]
     for s in SCHEMA:
         lines += textwrap.wrap(f"{s.label}" + (f": {s.help}" if s.help else ""), 98,
                                initial_indent="# ", subsequent_indent="#   ")
@@ -168,16 +231,32 @@ def example_toml() -> str:
 
 
 def _toml_value(v: object) -> str:
+    """``v`` as TOML reads it back: what the schema holds, and whatever an unknown key held (tables
+    inline, dates and times as TOML writes them)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return repr(v)
+        return json.dumps(v, ensure_ascii=False)  # JSON's escapes are TOML's
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, int | float):
+        return repr(v)  # nan and inf are TOML too
+    return str(getattr(v, "isoformat", lambda: v)())  # datetime, date, time: what tomllib gave
 
 
-def _render(values: Mapping[str, object]) -> str:
-    lines = ["# SpecChat settings; every key is optional (defaults in specchat/config.py)"]
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
+def _render(values: Mapping[str, object], unknown: Mapping[str, object]) -> str:
+    lines = ["# SpecChat settings; every key is optional (defaults in specchat/config.py)",
+             f"version = {CONFIG_VERSION}"]
     lines += [f"{s.key} = {_toml_value(values[s.key])}" for s in SCHEMA if values[s.key] != s.default]
+    if unknown:
+        lines.append("# not settings of this SpecChat version: kept as they were")
+        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in unknown.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -197,6 +276,7 @@ def check_rules(values: Mapping[str, object]) -> None:
 
 
 def _controller_of(values: Mapping[str, object]) -> ControllerSettings:
+    # reads exactly CONTROLLER_KEYS
     return ControllerSettings(
         k_min=as_int(values["k_min"]), k_max=as_int(values["k_max"]), p_min=as_float(values["p_min"]),
         lookup_k_max=as_int(values["lookup_k_max"]),
@@ -220,9 +300,18 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def read_config_file(path: Path) -> dict[str, object]:
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """What a config file says, brought up to :data:`CONFIG_VERSION`: the settings it sets (each
+    checked) and the keys this SpecChat does not know (as read, in the file's order)."""
+
+    values: dict[str, object]
+    unknown: dict[str, object]
+
+
+def read_config_file(path: Path) -> ConfigFile:
     """The settings a file sets, each checked, and the rules between them checked with the defaults
-    for the rest; ConfigError with one line naming the file."""
+    for the rest; ConfigError with one line naming the file (a file from a newer SpecChat too)."""
     return _parse_config(path, _read_config_bytes(path))
 
 
@@ -240,14 +329,33 @@ class _DamagedConfig(ConfigError):
     """The file was read but says something SpecChat cannot use (not an unreadable file)."""
 
 
-def _parse_config(path: Path, raw: bytes) -> dict[str, object]:
+class _NewerConfig(ConfigError):
+    """The file was written by a newer SpecChat: not read, never moved aside or overwritten."""
+
+
+def _parse_config(path: Path, raw: bytes) -> ConfigFile:
     try:
         return _parse_config_text(path, raw)
+    except _NewerConfig:
+        raise
     except ConfigError as exc:
         raise _DamagedConfig(str(exc)) from None
 
 
-def _parse_config_text(path: Path, raw: bytes) -> dict[str, object]:
+def _migrated(path: Path, doc: Doc) -> Doc:
+    """``doc`` brought up to :data:`CONFIG_VERSION` (without its ``version`` key)."""
+    version = doc.pop("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ConfigError(f"{path}: version: must be a whole number from 1 (got {_short(version)})")
+    if version > CONFIG_VERSION:
+        raise _NewerConfig(f"{path}: written by a newer SpecChat (config version {version}, this one reads "
+                           f"up to {CONFIG_VERSION}); upgrade SpecChat, or use another --profile or --config")
+    for migrate in MIGRATIONS[version - 1:]:
+        doc = migrate(doc)
+    return doc
+
+
+def _parse_config_text(path: Path, raw: bytes) -> ConfigFile:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -257,9 +365,11 @@ def _parse_config_text(path: Path, raw: bytes) -> dict[str, object]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({_one_line(exc)})") from None
     out: dict[str, object] = {}
-    for key, value in doc.items():
+    unknown: dict[str, object] = {}
+    for key, value in _migrated(path, doc).items():
         if key not in BY_KEY:
-            raise ConfigError(f"{path}: unknown key '{key}'")
+            unknown[key] = value
+            continue
         try:
             out[key] = BY_KEY[key].check(value)
         except ConfigError as exc:
@@ -268,7 +378,7 @@ def _parse_config_text(path: Path, raw: bytes) -> dict[str, object]:
         check_rules(_defaults() | out)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return out
+    return ConfigFile(out, unknown)
 
 
 class AppConfig:
@@ -276,14 +386,22 @@ class AppConfig:
 
     ``path`` None: the default profile's file, which need not exist.  With ``must_exist``
     (``specchat --config FILE``) a missing file is an error: a typo should not silently
-    give defaults.
+    give defaults.  ``unknown``: the file's keys this SpecChat does not know, kept for the
+    next save (one warning names them when the file is read).
     """
 
     def __init__(self, path: Path | None = None, *, must_exist: bool = False) -> None:
         self.path = Path(path) if path is not None else default_config_path()
         self.values: dict[str, object] = _defaults()
+        self.unknown: dict[str, object] = {}
         if _exists(self.path):
-            self.values.update(read_config_file(self.path))
+            read = read_config_file(self.path)
+            self.values.update(read.values)
+            self.unknown = read.unknown
+            if read.unknown:
+                names = ", ".join(f"'{k}'" for k in read.unknown)
+                files.warn(f"{self.path}: unknown key{'s' if len(read.unknown) > 1 else ''} {names}: "
+                           "not a setting of this SpecChat version; kept in the file, unused")
         elif must_exist:
             raise ConfigError(f"{self.path}: no such config file")
         self._base = dict(self.values)  # as last read or written: save() merges the changes since
@@ -294,6 +412,7 @@ class AppConfig:
         c = cls.__new__(cls)
         c.path = Path(path) if path is not None else default_config_path()
         c.values = _defaults()
+        c.unknown = {}
         c._base = dict(c.values)
         return c
 
@@ -318,7 +437,7 @@ class AppConfig:
             new[key] = BY_KEY[key].check(value)
         check_rules(new)
         c = AppConfig.__new__(AppConfig)
-        c.path, c.values, c._base = self.path, new, dict(self._base)
+        c.path, c.values, c._base, c.unknown = self.path, new, dict(self._base), dict(self.unknown)
         return c
 
     def apply(self, values: Mapping[str, object], *, save: bool = True) -> None:
@@ -330,7 +449,7 @@ class AppConfig:
         candidate = self.replaced(values)
         if save:
             candidate.save()
-        self.values, self._base = candidate.values, candidate._base
+        self.values, self._base, self.unknown = candidate.values, candidate._base, candidate.unknown
 
     def save(self) -> None:
         """Write the settings that differ from the defaults, atomically, merged under a lock.
@@ -339,33 +458,42 @@ class AppConfig:
         keep what another process may have written meanwhile.  A file that became damaged
         since (a hand edit that does not parse, a bad value) is moved aside with one
         warning naming both files, never silently replaced; the settings saved are then
-        these.  A file that cannot be read is left alone (ConfigError, one line).
+        these.  A file that cannot be read, or was written by a newer SpecChat, is left alone
+        (ConfigError, one line).  The file gets this version's ``version`` line, and the keys
+        this SpecChat does not know are written back as the file has them.
         """
         try:
             with files.locked(self.path, LOCK_TIMEOUT_S):
-                merged = self._on_disk_locked() | {k: v for k, v in self.values.items() if v != self._base.get(k)}
+                on_disk = self._on_disk_locked()
+                merged = on_disk.values | {k: v for k, v in self.values.items() if v != self._base.get(k)}
                 try:
                     check_rules(merged)
                 except ConfigError as exc:
                     raise ConfigError(f"{self.path}: not saved: {exc}") from None
-                files.write_text_atomically(self.path, _render(merged))
+                files.write_text_atomically(self.path, _render(merged, on_disk.unknown))
         except files.FileBusyError as exc:
             raise ConfigError(f"{exc} (not saved)") from None
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
-        self.values, self._base = merged, dict(merged)
+        self.values, self._base, self.unknown = merged, dict(merged), on_disk.unknown
 
-    def _on_disk_locked(self) -> dict[str, object]:
-        """The settings in the file now (the caller holds its lock); a damaged file is moved aside
-        and counts as the settings this config last read or wrote."""
+    def _on_disk_locked(self) -> ConfigFile:
+        """The settings in the file now, over the defaults (the caller holds its lock); a damaged
+        file is moved aside and counts as the settings this config last read or wrote."""
         if not _exists(self.path):
-            return _defaults()
+            return ConfigFile(_defaults(), {})
         try:
-            return _defaults() | read_config_file(self.path)
+            read = read_config_file(self.path)
         except _DamagedConfig as exc:
             aside = files.move_aside(self.path)
             files.warn(f"{exc}: moved aside to {aside}; the settings were saved to a new {self.path.name}")
-            return dict(self._base)
+            return ConfigFile(dict(self._base), dict(self.unknown))
+        return ConfigFile(_defaults() | read.values, read.unknown)
+
+    def change_to(self, new: AppConfig) -> ConfigChange:
+        """What taking ``new`` in place of these settings changes (no keys: nothing)."""
+        keys = frozenset(s.key for s in SCHEMA if self.values[s.key] != new.values[s.key])
+        return ConfigChange(keys, self, new)
 
     def model_path(self, key: str) -> Path | None:
         """``target`` or ``draft`` as a path (``~`` expanded, relative to the config file), None if unset."""

@@ -126,7 +126,7 @@ def test_config_file_supplies_the_pair_and_the_draft_length(smollm, tmp_path):
 @pytest.mark.parametrize("text, needle", [
     ("k_max = 'lots'", "k_max: must be a whole number"),
     ("min_token_acceptance = 2", "min_token_acceptance: must be between 0 and 1"),
-    ("draft_length = 4", "unknown key 'draft_length'"),
+    ("version = 99", "written by a newer SpecChat (config version 99"),  # an unknown key is kept (test_config.py)
 ])
 def test_a_bad_config_value_is_one_line_naming_the_key(tmp_path, text, needle):
     cfg = tmp_path / "bad.toml"

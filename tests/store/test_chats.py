@@ -12,6 +12,7 @@ import pytest
 
 from specchat.engine.events import GenerationStats, StopReason, TokenOrigin
 from specchat.metrics import Counts
+from specchat.sampling_settings import SamplingSettings
 from specchat.store import (
     SCHEMA_VERSION,
     SPECULATION_MODES,
@@ -217,12 +218,7 @@ def test_chat_settings_survive_reopening_the_database(db_path, tmp_path):
         speculation="lookup",
         reasoning=False,
         system_prompt="You are terse.",
-        temperature=0.7,
-        top_k=20,
-        top_p=0.9,
-        min_p=0.0,
-        repeat_penalty=1.1,
-        seed=42,
+        sampling=SamplingSettings(temperature=0.7, top_k=20, top_p=0.9, min_p=0.0, repeat_penalty=1.1, seed=42),
         max_tokens=512,
         task="json",
     )
@@ -247,7 +243,7 @@ def test_bad_settings_are_refused_and_damaged_ones_fall_back_to_defaults(store):
     with pytest.raises(ValueError, match="speculation"):
         store.create_chat("x", ChatSettings(speculation="turbo"))
     with pytest.raises(ValueError, match="top_p"):
-        store.create_chat("x", ChatSettings(top_p=0))
+        store.create_chat("x", ChatSettings(sampling=SamplingSettings(top_p=0)))
     chat = store.create_chat("x", ChatSettings(task="Code"))
     assert chat.settings.task == "code"  # built-in tags are matched case-insensitively
     store.connection.execute(
@@ -462,3 +458,20 @@ def test_editing_a_message_drops_its_tint(store):
     answer = writer.finish("done")
     assert answer.content_segments() == [("drafted", True)]
     assert store.edit_message(answer.id, "rewritten").content_segments() == [("rewritten", False)]
+
+
+def test_a_chat_and_the_engine_share_one_sampling_type():
+    """ChatSettings embeds the engine's SamplingSettings (defined once, in a leaf the store may import):
+    the same defaults, the same checks, and the object the answer service hands to the engine."""
+    from specchat.engine import SamplingSettings as EngineSampling
+    from specchat.engine.settings import StructuredOutput
+
+    settings = ChatSettings()
+    assert EngineSampling is SamplingSettings and settings.sampling == EngineSampling()
+    changed = settings.replaced(temperature=0.7, structured=StructuredOutput("grammar", 'root ::= "x"'),
+                                max_tokens=77)
+    assert changed.sampling == EngineSampling(temperature=0.7, structured=StructuredOutput("grammar", 'root ::= "x"'))
+    assert changed.max_tokens == 77 and settings.sampling == EngineSampling()
+    with pytest.raises(ValueError, match="the GBNF grammar is empty"):  # the engine's own check, at the store
+        settings.replaced(structured=StructuredOutput("grammar", "")).validate()
+    assert ChatSettings.from_json(changed.to_json()) == changed

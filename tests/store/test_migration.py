@@ -159,3 +159,25 @@ def test_a_failing_python_step_leaves_the_old_version_intact(tmp_path):
         assert "colour" not in columns  # the SQL step of the failed version was rolled back too
     finally:
         conn.close()
+
+
+def test_the_sampling_of_a_v1_chat_reads_into_the_one_sampling_type(v1_path):
+    """Chats store their sampling flat in the settings JSON, as every version wrote it; it reads into
+    the engine's own type, and a save keeps the flat shape an older SpecChat can still read."""
+    import json
+
+    from specchat.engine.settings import SamplingSettings
+    from specchat.store import ChatSettings
+
+    with open_store(v1_path) as s:
+        poem = by_title(s)["A poem"]
+        assert type(poem.settings.sampling) is SamplingSettings
+        assert poem.settings.sampling == SamplingSettings(temperature=0.8)  # the rest as stored: the defaults
+        s.update_settings(poem.id, poem.settings.replaced(top_k=20))
+        doc = json.loads(s.connection.execute("SELECT settings FROM chats WHERE id = ?", (poem.id,)).fetchone()[0])
+    assert (doc["temperature"], doc["top_k"], doc["structured_kind"], doc["structured_text"]) == (0.8, 20, "", "")
+    assert "sampling" not in doc
+    known_to_v1 = {"draft", "max_tokens", "min_p", "reasoning", "repeat_penalty", "seed", "speculation",
+                   "system_prompt", "target", "task", "temperature", "top_k", "top_p"}
+    old_reader = ChatSettings.from_json(json.dumps({k: v for k, v in doc.items() if k in known_to_v1}))
+    assert old_reader.sampling == SamplingSettings(temperature=0.8, top_k=20)

@@ -80,6 +80,24 @@ def test_rolling_acceptance_forgets_rounds_outside_the_window():
     assert rec.totals().token_acceptance == 0.5  # the running number is not windowed
 
 
+def test_new_thresholds_are_drawn_at_once_and_the_rounds_stay():
+    """The app settings changed: the next snapshot has the new guard-rail lines and window, nothing is lost."""
+    rec = TelemetryRecorder(settings=ControllerSettings(window_rounds=4))
+    feed_all(rec, 1, None, answer_events([R(4, 4, 0)] * 2 + [R(4, 4, 4)] * 2))
+    before = rec.snapshot()
+    assert (before.min_token_acceptance, before.min_sequence_acceptance) == (0.5, 0.6)
+    rec.set_settings(ControllerSettings(window_rounds=2, min_token_acceptance=0.3, min_sequence_acceptance=0.8))
+    after = rec.snapshot()
+    assert after.version > before.version  # a panel that draws by version sees the change
+    assert (after.min_token_acceptance, after.min_sequence_acceptance, after.window_rounds) == (0.3, 0.8, 2)
+    assert len(after.rounds) == 4 and rec.totals().rounds == before.total.rounds
+    feed_all(rec, 2, None, answer_events([R(4, 4, 4)]))
+    assert rec.snapshot().rounds.token_acceptance[-1] == 1.0  # the window kept its 2 newest rounds: all accepted
+    same = rec.snapshot().version
+    rec.set_settings(rec.settings)  # the same settings: nothing to draw again
+    assert rec.snapshot().version == same
+
+
 def test_fallback_markers_carry_their_reasons():
     s = ControllerSettings(window_rounds=4)
     rail = Fallback("model drafter: token acceptance 25% < 50% over the last 4 rounds; "

@@ -60,7 +60,7 @@ class FakeApp:
     def settings(self, **change) -> ChatSettings:
         target, draft = self.model_files()
         base = dict(target=target, draft=draft, speculation="draft", max_tokens=400)
-        return ChatSettings(**(base | change))
+        return ChatSettings().replaced(**(base | change))  # sampling fields by name too
 
     def add_chat(self, title: str = "New chat", **change) -> int:
         """A chat in the database before the app starts (or while it runs)."""

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from specchat.sampling_settings import SamplingSettings, StructuredOutput
 from specchat.store import ChatSettings, open_store
 from specchat.ui.settings_dialogs import ChatSettingsDialog
 
@@ -29,11 +30,11 @@ def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, t
     dialog.accept()
     assert dialog.result() == ChatSettingsDialog.DialogCode.Accepted
     new = dialog.result_settings()
-    assert (new.structured_kind, new.structured_text) == ("json_schema", SCHEMA)
+    assert new.sampling.structured == StructuredOutput("json_schema", SCHEMA)
     with open_store(tmp_path / "chats.db") as store:  # stored with the chat, read back as given
         chat = store.create_chat("t", new)
         again = store.get_chat(chat.id).settings
-    assert (again.structured_kind, again.structured_text) == ("json_schema", SCHEMA)
+    assert again.sampling.structured == StructuredOutput("json_schema", SCHEMA)
     reopened = open_dialog(qtbot, again)
     assert reopened.structured_kind.currentData() == "json_schema"
     assert reopened.structured_text.toPlainText() == SCHEMA and reopened.structured_text.isEnabled()
@@ -62,13 +63,13 @@ def test_a_schema_that_is_not_json_or_not_supported_is_one_line(qtbot):
 
 
 def test_none_keeps_no_text_and_the_box_is_disabled(qtbot):
-    dialog = open_dialog(qtbot, ChatSettings(structured_kind="grammar", structured_text='root ::= "x"'))
+    dialog = open_dialog(qtbot, ChatSettings(sampling=SamplingSettings(structured=StructuredOutput("grammar", 'root ::= "x"'))))
     dialog.structured_kind.setCurrentIndex(dialog.structured_kind.findData(""))
     assert not dialog.structured_text.isEnabled()
     dialog.accept()
     assert dialog.result() == ChatSettingsDialog.DialogCode.Accepted
     new = dialog.result_settings()
-    assert (new.structured_kind, new.structured_text) == ("", "")
+    assert new.sampling.structured == StructuredOutput("", "")
 
 
 def test_load_file_fills_the_box_and_a_bad_file_is_one_line(qtbot, tmp_path):
@@ -93,8 +94,8 @@ def test_screenshot_a_chat_with_a_json_schema(qtbot):
 
     dialog = open_dialog(qtbot, ChatSettings(target=Path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
                                              draft=Path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
-                                             speculation="draft", task="json", structured_kind="json_schema",
-                                             structured_text=json.dumps(json.loads(PERSON_SCHEMA), indent=2)))
+                                             speculation="draft", task="json", sampling=SamplingSettings(structured=StructuredOutput(
+                                                 "json_schema", json.dumps(json.loads(PERSON_SCHEMA), indent=2)))))
     dialog.resize(640, dialog.sizeHint().height())
     dialog.show()
     qtbot.waitExposed(dialog)

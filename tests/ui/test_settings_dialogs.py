@@ -126,3 +126,63 @@ def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_mod
     out = d.result_settings()
     assert out.backend == MANAGED and out.server_spec_type == "draft-simple"  # the asked-for one cannot run
     assert d.pair.isEnabled() and not d.speculation.isEnabled()
+
+
+# -- the settings in force change as the user saves them: who listens, and what they do ----------------
+
+
+def _settings_ok(qtbot, window, **fields) -> None:
+    """Open Settings… from the window, set the fields as a user would and press OK."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QComboBox, QDialogButtonBox
+
+    seen = []
+
+    def drive() -> None:
+        dialog = QApplication.activeModalWidget()
+        assert isinstance(dialog, SettingsDialog)
+        for key, value in fields.items():
+            w = dialog.fields[key]
+            w.setCurrentText(value) if isinstance(w, QComboBox) else w.setValue(value)
+        dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
+        seen.append(dialog)
+
+    QTimer.singleShot(0, drive)
+    window.edit_app_settings()
+    assert seen and seen[0].result() == SettingsDialog.DialogCode.Accepted
+
+
+def test_new_fallback_thresholds_move_the_panels_rails_without_a_restart(qtbot, fake_app):
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    panel = s.window.telemetry
+    panel.repaint_now()
+    assert (panel.tok_rail.value(), panel.seq_rail.value()) == (0.5, 0.6)
+    _settings_ok(qtbot, s.window, min_token_acceptance=0.3, min_sequence_acceptance=0.85)
+    # the panel's own timer draws them (no repaint asked for, no restart)
+    qtbot.waitUntil(lambda: (panel.tok_rail.value(), panel.seq_rail.value()) == (0.3, 0.85), timeout=5_000)
+    assert s.recorder.snapshot().min_token_acceptance == 0.3
+    assert AppConfig(app.root / "config.toml")["min_sequence_acceptance"] == 0.85  # and saved
+    assert s.config["min_token_acceptance"] == s.window.config["min_token_acceptance"] == 0.3
+
+
+def test_only_a_setting_the_pair_is_loaded_with_reloads_the_pair(qtbot, fake_app):
+    from specchat.ui.theme import current
+
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    qtbot.waitUntil(lambda: s.answers.pair_info is not None, timeout=5_000)  # preloaded while idle
+    loaded, loads = s.answers.loaded_pair, len(app.factory.loads)
+    loading: list[str] = []
+    s.answers.pairLoading.connect(loading.append)
+
+    _settings_ok(qtbot, s.window, theme="dark", default_mode="lookup", remote_header_cap_mib=32, decode_nice=5)
+    assert current().name == "dark" and s.window.actions_by_slot["set_theme:dark"].isChecked()  # the theme: yes
+    assert loading == [] and s.answers.loaded_pair is loaded and s.answers.pair_info is not None  # the pair: no
+
+    _settings_ok(qtbot, s.window, n_ctx=2048)
+    assert len(loading) == 1  # reloaded at once (idle)
+    qtbot.waitUntil(lambda: len(app.factory.loads) == loads + 1 and s.answers.pair_info is not None, timeout=5_000)
+    assert app.factory.loads[-1].target_options.n_ctx == 2048

@@ -10,11 +10,12 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from specchat.metrics import Counts, CountsView, PhaseSplit
+from specchat.sampling_settings import SamplingSettings, StructuredOutput
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,8 @@ PLAIN_MODE = "baseline"  # plain decoding, no drafter
 SPECULATION_MODES = (PLAIN_MODE, "draft", "lookup", "auto")
 _LEGACY_MODES = {"off": PLAIN_MODE}  # what chats and answers of schema 1 called plain decoding
 TASK_TAGS = ("code", "edit", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
-# What may constrain an answer (specchat.engine.Structured): none, a JSON schema, a GBNF grammar.
-STRUCTURED_KINDS = ("", "json_schema", "grammar")
-MAX_STRUCTURED_BYTES = 256 << 10  # as the engine's limit (specchat.engine.settings)
+_SAMPLING_FIELDS = frozenset(f.name for f in fields(SamplingSettings))
+_SAMPLING_FLAT = _SAMPLING_FIELDS - {"structured"}  # stored as they are; the structured output as two keys
 ROLES = ("user", "assistant", "system")
 ANSWER_STATES = ("streaming", "done", "stopped", "error")
 FINAL_STATES = ("done", "stopped", "error")
@@ -35,8 +35,12 @@ FINAL_STATES = ("done", "stopped", "error")
 class ChatSettings:
     """Everything that decides how a chat is answered; saved with the chat.
 
+    ``sampling`` is the one sampling type the engine takes too
+    (:class:`specchat.sampling_settings.SamplingSettings`, with the structured output).
     Stored as JSON so that a new field needs no migration: a missing key takes the
-    default, an unknown key (from a newer version) is ignored.
+    default, an unknown key (from a newer version) is ignored.  The JSON stays flat, as
+    every version wrote it: the sampling fields at the top, the structured output as
+    ``structured_kind`` and ``structured_text``.
     """
 
     target: Path | None = None  # target model file
@@ -44,19 +48,12 @@ class ChatSettings:
     speculation: str = "auto"  # one of SPECULATION_MODES ("off", the old name of "baseline", is read as it)
     reasoning: bool = True  # let models that can think do so
     system_prompt: str = ""
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    seed: int = 0xC0FFEE
+    sampling: SamplingSettings = SamplingSettings()  # temperature, top-k/p, min-p, repeat, seed, schema or grammar
     max_tokens: int = 2048
     task: str = "chat"  # one of TASK_TAGS or the user's own text
     backend: str = ""  # "": this machine's engine (Local); "llama-server": one SpecChat starts for this
     # chat's pair; else the name of a server in Settings → Servers
     server_spec_type: str = "draft-simple"  # the managed llama-server's --spec-type
-    structured_kind: str = ""  # one of STRUCTURED_KINDS: the answer follows a JSON schema or a GBNF grammar
-    structured_text: str = ""  # that schema or grammar
 
     def __post_init__(self) -> None:
         # Normalise what users and config files type, so equal settings compare equal.
@@ -71,27 +68,25 @@ class ChatSettings:
         """Raise ValueError naming the first bad field."""
         if self.speculation not in SPECULATION_MODES:
             raise ValueError(f"speculation must be one of {', '.join(SPECULATION_MODES)}")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 = off)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if not 0 <= self.min_p < 1:
-            raise ValueError("min_p must be in [0, 1)")
-        if self.repeat_penalty <= 0:
-            raise ValueError("repeat_penalty must be > 0")
+        self.sampling.validate()  # the engine's own checks (GrammarError, a ValueError, for the structured output)
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        if self.structured_kind not in STRUCTURED_KINDS:
-            raise ValueError(f"structured_kind must be one of {', '.join(repr(k) for k in STRUCTURED_KINDS)}")
-        if not isinstance(self.structured_text, str) or len(self.structured_text) > MAX_STRUCTURED_BYTES:
-            raise ValueError(f"structured_text must be text of at most {MAX_STRUCTURED_BYTES >> 10} KiB")
+
+    def replaced(self, **change: Any) -> ChatSettings:
+        """These settings with ``change``: fields of the chat or of its sampling, by name
+        (``temperature=0.7, max_tokens=77``)."""
+        sampling = {k: change.pop(k) for k in list(change) if k in _SAMPLING_FIELDS}
+        if sampling:
+            change["sampling"] = replace(change.get("sampling", self.sampling), **sampling)
+        return replace(self, **change)
 
     def to_json(self) -> str:
-        doc = asdict(self)
+        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sampling"}
         doc["target"] = str(self.target) if self.target else None
         doc["draft"] = str(self.draft) if self.draft else None
+        sampling = {k: getattr(self.sampling, k) for k in _SAMPLING_FLAT}
+        structured = self.sampling.structured
+        doc |= sampling | {"structured_kind": structured.kind, "structured_text": structured.text}
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -103,8 +98,11 @@ class ChatSettings:
         """
         try:
             doc = json.loads(text) if text else {}
-            known = {f.name for f in fields(cls)}
-            settings = cls(**{k: v for k, v in doc.items() if k in known})
+            known = {f.name for f in fields(cls)} - {"sampling"}
+            sampling = SamplingSettings(
+                **{k: v for k, v in doc.items() if k in _SAMPLING_FLAT},
+                structured=StructuredOutput(doc.get("structured_kind") or "", doc.get("structured_text") or ""))
+            settings = cls(**{k: v for k, v in doc.items() if k in known}, sampling=sampling)
             settings.validate()
             return settings
         except (ValueError, TypeError, AttributeError) as exc:

@@ -176,6 +176,18 @@ class TelemetryRecorder:
         self._plain = Counts()
         self._touch()
 
+    def set_settings(self, settings: ControllerSettings) -> None:
+        """New guard-rail thresholds (the app settings changed): the next snapshot draws them.
+
+        The rounds already recorded stay; a different acceptance window keeps its newest rounds.
+        """
+        if settings == self.settings:
+            return
+        self.settings = settings
+        if self._window.maxlen != settings.window_rounds:
+            self._window = deque(self._window, maxlen=settings.window_rounds)
+        self._touch()
+
     @property
     def plain_rate(self) -> float | None:
         if self._plain_set is not None:

@@ -8,7 +8,6 @@ says it changed, and builds everything else from the store.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -153,10 +152,10 @@ class ChatPane(QWidget):
 
     # -- settings ----------------------------------------------------------------------
 
-    def update_settings(self, **change: Any) -> None:  # ChatSettings fields by name; validate() checks them
+    def update_settings(self, **change: Any) -> None:  # ChatSettings (or sampling) fields by name; validate() checks them
         if self.chat_id is None:
             return
-        new = replace(self.settings(), **change)
+        new = self.settings().replaced(**change)
         new.validate()
         self.store.update_settings(self.chat_id, new)
         self.show_settings(new)
@@ -167,7 +166,7 @@ class ChatPane(QWidget):
         pair = "No model pair: choose one with Pair… or the Models menu"
         if s.target:
             pair = f"{s.target.name}" + (f"  +  {s.draft.name}" if s.draft else "  (no draft)")
-        self.header.show_settings(s.speculation, s.reasoning, s.temperature, pair)
+        self.header.show_settings(s.speculation, s.reasoning, s.sampling.temperature, pair)
 
     def edit_chat_settings(self) -> None:
         if self.chat_id is None:

@@ -37,7 +37,7 @@ from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
 
 if TYPE_CHECKING:
-    from specchat.config import AppConfig
+    from specchat.config import AppConfig, ConfigChange
     from specchat.models.registry import Registry
     from specchat.profile import Profile
     from specchat.store import Store
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from specchat.workers.answers import AnswerService
     from specchat.workers.download import DownloadService
     from specchat.workers.hub_tasks import HubTasks
+    from specchat.workers.settings import SettingsHolder
 
 
 class WindowSession(Protocol):
@@ -54,13 +55,14 @@ class WindowSession(Protocol):
     store: Store
     answers: AnswerService
     config: AppConfig
+    settings: SettingsHolder  # the settings in force, and their change signal
     recorder: TelemetryRecorder
     registry: Registry
     downloads: DownloadService
     hub: HubTasks
     profile: Profile
 
-    def set_config(self, config: AppConfig) -> None: ...
+    def set_config(self, config: AppConfig) -> ConfigChange: ...
 
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
@@ -74,7 +76,6 @@ class MainWindow(QMainWindow):
         self.session = session
         self.store = session.store
         self.answers = session.answers
-        self.config = session.config
         self._window_state = window_state  # where size, splitters and docks are kept (None: not kept)
         self.setWindowTitle("SpecChat")
         self.resize(1200, 800)
@@ -113,12 +114,18 @@ class MainWindow(QMainWindow):
         self.answers.finished.connect(lambda *_: self.chats.refresh())
         self.answers.notice.connect(self._on_notice)
         self.answers.idle.connect(self._preload_shown)
+        session.settings.changed.connect(self._config_changed)
         self._memory_timer = QTimer(self, interval=2000)
         self._memory_timer.timeout.connect(self._update_memory)
         self._memory_timer.start()
         self._open_newest()
         self._first_run_hint()
         self._restore_window_state()
+
+    @property
+    def config(self) -> AppConfig:
+        """The app settings in force (the session's: one copy)."""
+        return self.session.config
 
     # -- chats ------------------------------------------------------------------------------
 
@@ -223,10 +230,15 @@ class MainWindow(QMainWindow):
     def edit_app_settings(self) -> None:
         dialog = SettingsDialog(self.config, self)
         if dialog.exec() and dialog.result_config is not None:
-            self.session.set_config(dialog.result_config)
+            self.session.set_config(dialog.result_config)  # the listeners take it: _config_changed
             if dialog.notes:
                 self.statusBar().showMessage(" ".join(dialog.notes), 30_000)
-            self._show_theme(str(self.config["theme"]))
+
+    def _config_changed(self, change: ConfigChange) -> None:
+        """New app settings are in force: the theme, and the pair when a key it is loaded with changed."""
+        if "theme" in change.keys:
+            self._show_theme(str(change.new["theme"]))
+        if change.reloads_pair:
             # the next answer (or now, if idle) loads the pair with the new context, layers and thresholds
             self.answers.reload(self.pane.settings() if self.chat_id is not None else None)
 
@@ -275,8 +287,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"theme not saved: {exc}", 10_000)
             self._show_theme(str(self.config["theme"]))
             return
-        self.session.set_config(config)
-        self._show_theme(setting)
+        if not self.session.set_config(config):  # a change: _config_changed shows it
+            self._show_theme(setting)  # in force already: tick it
 
     def _show_theme(self, setting: str) -> None:
         """Use a theme setting and tick it in View → Theme."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSettings
 
-from specchat.config import AppConfig, as_int
+from specchat.config import CONTROLLER_KEYS, AppConfig, ConfigChange, as_int
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.models.registry import Registry, RegistryError
 from specchat.pair_loading import pair_config, record_last_pair
@@ -27,6 +27,7 @@ from specchat.workers.answers import AnswerService
 from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
 from specchat.workers.hub_tasks import HubTasks
+from specchat.workers.settings import SettingsHolder
 
 log = logging.getLogger(__name__)
 PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
@@ -41,7 +42,8 @@ class AppSession:
         from .main_window import MainWindow
 
         self.store = store
-        self.config = config
+        self.config = config  # the settings in force (kept equal to self.settings.config)
+        self.settings = SettingsHolder(config)
         self.registry = registry
         self.profile = profile
         self.recorder = TelemetryRecorder(settings=config.controller())
@@ -50,6 +52,7 @@ class AppSession:
         self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)
+        self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False
 
@@ -81,10 +84,17 @@ class AppSession:
             except (RegistryError, OSError) as exc:
                 log.warning("could not record the last pair: %s", exc)
 
-    def set_config(self, config: AppConfig) -> None:
-        """New app settings are in force: the next answer loads the pair with them."""
-        self.config = config
-        self.window.config = config
+    def set_config(self, config: AppConfig) -> ConfigChange:
+        """Put new app settings (checked and saved) in force; every listener of ``settings.changed``
+        hears which keys changed: the recorder's thresholds here, the theme and the pair in the window."""
+        change = self.settings.set(config)
+        self.config = config  # the newest object even when no key changed (its save merged the file)
+        return change
+
+    def _config_changed(self, change: ConfigChange) -> None:
+        self.config = change.new
+        if change.keys & CONTROLLER_KEYS:
+            self.recorder.set_settings(change.new.controller())  # the panel draws the new guard rails
 
     def close(self) -> None:
         """Keep the partial answer, stop the threads, close the database.  Safe to call twice."""

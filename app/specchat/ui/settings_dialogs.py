@@ -159,11 +159,12 @@ class ChatSettingsDialog(QDialog):
         self.task.setEditable(True)
         self.task.addItems(["chat", "code", "edit", "json", "summary", "creative"])
         self.task.setCurrentText(settings.task)
-        self.top_k = QSpinBox(minimum=0, maximum=1000, value=settings.top_k)
-        self.top_p = QDoubleSpinBox(minimum=0.01, maximum=1.0, singleStep=0.05, value=settings.top_p)
-        self.min_p = QDoubleSpinBox(minimum=0.0, maximum=0.99, singleStep=0.01, value=settings.min_p)
-        self.repeat = QDoubleSpinBox(minimum=0.5, maximum=2.0, singleStep=0.05, value=settings.repeat_penalty)
-        self.seed = QLineEdit(str(settings.seed))
+        sampling = settings.sampling
+        self.top_k = QSpinBox(minimum=0, maximum=1000, value=sampling.top_k)
+        self.top_p = QDoubleSpinBox(minimum=0.01, maximum=1.0, singleStep=0.05, value=sampling.top_p)
+        self.min_p = QDoubleSpinBox(minimum=0.0, maximum=0.99, singleStep=0.01, value=sampling.min_p)
+        self.repeat = QDoubleSpinBox(minimum=0.5, maximum=2.0, singleStep=0.05, value=sampling.repeat_penalty)
+        self.seed = QLineEdit(str(sampling.seed))
         self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
         structured_row = self._structured_widgets(settings)
         for label, w in (("Backend", self.backend), ("Model pair", self.pair), ("Speculation", self.speculation),
@@ -185,12 +186,12 @@ class ChatSettingsDialog(QDialog):
         self.structured_kind = QComboBox()
         for kind in Structured:
             self.structured_kind.addItem(STRUCTURED_LABELS[kind] or "None", kind.value)
-        self.structured_kind.setCurrentIndex(max(0, self.structured_kind.findData(settings.structured_kind)))
+        self.structured_kind.setCurrentIndex(max(0, self.structured_kind.findData(settings.sampling.structured.kind)))
         self.structured_kind.setToolTip("The answer follows a JSON schema or a GBNF grammar (llama.cpp's grammar "
                                         "sampler); speculation stays on")
         self.load_structured = QPushButton("Load file…")
         self.load_structured.clicked.connect(self._choose_structured_file)
-        self.structured_text = QPlainTextEdit(settings.structured_text)
+        self.structured_text = QPlainTextEdit(settings.sampling.structured.text)
         self.structured_text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.structured_text.setFixedHeight(120)
         self.structured_text.setPlaceholderText('{"type": "object", "properties": {...}}   or   root ::= "yes" | "no"')
@@ -296,15 +297,16 @@ class ChatSettingsDialog(QDialog):
         try:
             seed = int(self.seed.text())
         except ValueError:
-            seed = self.base.seed
+            seed = self.base.sampling.seed
+        sampling = replace(self.base.sampling, top_k=self.top_k.value(), top_p=self.top_p.value(),
+                           min_p=self.min_p.value(), repeat_penalty=self.repeat.value(), seed=seed,
+                           # a kind set back to None keeps nothing: the text of "None" is not a constraint
+                           structured=self.structured())
         return replace(self.base, system_prompt=self.system.toPlainText(), task=self.task.currentText(),
-                       top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
-                       repeat_penalty=self.repeat.value(), seed=seed, max_tokens=self.max_tokens.value(),
+                       sampling=sampling, max_tokens=self.max_tokens.value(),
                        backend=str(self.backend.currentData() or ""),
                        server_spec_type=str(self.spec_type.currentData() or self.base.server_spec_type),
-                       speculation=str(self.speculation.currentData()),
-                       # a kind set back to None keeps nothing: the text of "None" is not a constraint
-                       structured_kind=self.structured().kind, structured_text=self.structured().text)
+                       speculation=str(self.speculation.currentData()))
 
 
 def managed_spec_types(target, draft) -> tuple[dict[str, str], str]:

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from specchat.engine import Done, Error, Fallback, Mode, SamplingSettings, TokenOrigin, TokensEmitted
+from specchat.engine import Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
 from specchat.engine.pair import PairConfig
 from specchat.engine.reasoning import ReasoningParser
@@ -253,7 +253,7 @@ class AnswerService(QObject):
         mode = Mode(s.speculation)
         live.request_id = self.service.submit(
             messages=messages, mode=mode,
-            sampling=SamplingSettings.from_chat(s),  # its sampling fields and its schema or grammar
+            sampling=s.sampling,  # its sampling and its schema or grammar
             max_tokens=s.max_tokens,
             reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
         )
