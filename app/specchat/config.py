@@ -25,6 +25,7 @@ from pathlib import Path
 from specchat import files
 from specchat.engine.settings import ControllerSettings
 from specchat.errors import UserError
+from specchat.modes import LEGACY_MODES, MENU_NAMES, MODES_HELP
 from specchat.profile import Profile
 
 LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
@@ -118,9 +119,7 @@ SCHEMA: tuple[Setting, ...] = (
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
-            choices=("auto", "draft", "lookup", "baseline"), legacy=(("off", "baseline"),),
-            help="auto: speculate only where it pays; draft: always the draft model; "
-                 "lookup: n-grams from the prompt; baseline: plain decoding"),
+            choices=MENU_NAMES, legacy=tuple(LEGACY_MODES.items()), help=MODES_HELP),
     Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
     Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens"),
     Setting("lookup_k_max", "Longest prompt-lookup draft", _C.lookup_k_max, 1, 32,

@@ -10,21 +10,11 @@ from enum import StrEnum
 from typing import Any
 
 from specchat.errors import UserError
+from specchat.modes import Drafter, Mode  # the names live in one leaf (specchat/modes.py)
 
-
-class Mode(StrEnum):
-    BASELINE = "baseline"  # plain decoding, no drafter
-    DRAFT = "draft"  # a draft model proposes tokens
-    LOOKUP = "lookup"  # n-gram prompt lookup proposes tokens
-    AUTO = "auto"  # the controller picks drafter and K (0 included) by expected speed
-
-
-class Drafter(StrEnum):
-    """Who proposed a round's draft (``NONE``: a plain round)."""
-
-    NONE = "none"
-    MODEL = "model"  # a small draft model with the same tokenizer
-    LOOKUP = "lookup"  # n-gram prompt lookup
+__all__ = ["MAX_STRUCTURED_BYTES", "STRUCTURED_LABELS", "ControllerSettings", "Drafter", "GrammarError", "Mode",
+           "SamplingSettings", "Structured",
+           "StructuredOutput"]
 
 
 class GrammarError(UserError, ValueError):
