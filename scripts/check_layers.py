@@ -31,6 +31,7 @@ UI_ALLOWED = (
     "specchat.config",
     "specchat.profile",
     "specchat.errors",
+    "specchat.modes",
     "specchat.files",
     "specchat.pair_loading",
     "specchat.engine",  # the package's public events and settings (its __init__)

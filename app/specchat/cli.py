@@ -24,6 +24,7 @@ from specchat.cli_common import models_from_args as _models
 from specchat.cli_common import sampling_from_args as _sampling
 from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
 from specchat.errors import UserError, one_line
+from specchat.modes import MENU_NAMES
 from specchat.profile import Profile
 
 
@@ -123,7 +124,7 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="stream one answer in the terminal")
     _add_model_args(chat, config)
-    chat.add_argument("--mode", choices=["auto", "draft", "lookup", "baseline"], default=str(config["default_mode"]),
+    chat.add_argument("--mode", choices=MENU_NAMES, default=str(config["default_mode"]),
                       help=f"speculation (default {config['default_mode']}, from the config)")
     chat.add_argument("--system", default=None, help="system prompt")
     chat.add_argument("--max-tokens", type=_positive_int, default=512)

@@ -34,6 +34,7 @@ from pathlib import Path
 from specchat import files
 from specchat.engine.settings import ControllerSettings
 from specchat.errors import UserError
+from specchat.modes import MENU_NAMES, MODES_HELP
 from specchat.profile import Profile
 
 LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
@@ -130,9 +131,7 @@ SCHEMA: tuple[Setting, ...] = (
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
-            choices=("auto", "draft", "lookup", "baseline"),
-            help="auto: speculate only where it pays; draft: always the draft model; "
-                 "lookup: n-grams from the prompt; baseline: plain decoding"),
+            choices=MENU_NAMES, help=MODES_HELP),
     Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens",
             reloads_pair=True),
     Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens",

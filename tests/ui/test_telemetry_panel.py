@@ -161,3 +161,22 @@ def test_a_server_whose_gpu_exporter_answered_keeps_the_memory_plot(panel):
 def test_a_model_id_is_shown_as_text_not_markup(panel):
     panel.set_backend(_server_info(model="<img src=x>", models=("<img src=x>",)))
     assert "&lt;img src=x&gt;" in panel.backend_notes.text()
+
+
+def test_a_plot_spec_added_to_the_list_is_built_and_painted(qtbot, monkeypatch):
+    from specchat.ui import telemetry_panel
+    from specchat.ui.plots import PLOTS, PlotSpec, Series
+
+    extra = PlotSpec("draft_ms", ("draft seconds per round:", ("draft", "draft")), "ms",
+                     (Series("c_draft_ms", "draft", lambda s: s.rounds.draft_s * 1e3),),
+                     lambda s: (0.0, 20.0))
+    monkeypatch.setattr(telemetry_panel, "PLOTS", (*PLOTS[:-1], extra, PLOTS[-1]))  # above the memory plot
+    p = TelemetryPanel(TelemetryRecorder(), RamSampler(description=NO_GPU))
+    qtbot.addWidget(p)
+    p.show()
+    feed(p, answer_events([R(4, 4, 3, draft_s=0.012)] * 3))
+    assert list(p.c_draft_ms.yData) == pytest.approx([12.0] * 3)
+    assert "draft seconds per round" in p.p_draft_ms.titleLabel.text
+    assert p.p_draft_ms.viewRange()[1] == [0.0, 20.0]  # its range rule
+    # it is the lowest round plot now: the shared "round" axis moved under it
+    assert p.p_draft_ms.getAxis("bottom").isVisible() and not p.p_time.getAxis("bottom").isVisible()

@@ -19,7 +19,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from specchat.metrics import Counts
+from specchat.modes import MODE_DRAFTERS
 
+from .drafters import KINDS
 from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Drafter, Mode
 
@@ -42,11 +44,18 @@ P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (bel
 
 @dataclass(frozen=True, slots=True)
 class AnswerPlan:
-    """Which drafters one answer may use, and the notes that say why one may not."""
+    """Which drafters one answer may use (in the order they offer), and the notes that say why one may not."""
 
-    use_model: bool
-    use_lookup: bool
+    drafters: tuple[Drafter, ...]
     notes: tuple[Fallback, ...] = ()
+
+    @property
+    def use_model(self) -> bool:
+        return Drafter.MODEL in self.drafters
+
+    @property
+    def use_lookup(self) -> bool:
+        return Drafter.LOOKUP in self.drafters
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,9 @@ def expected_tokens(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
+_PER_DECODE = frozenset(name for name, kind in KINDS.items() if kind.per_decode)
+
+
 def draft_decodes(drafter: str, k: int, a: float) -> float:
     """Expected draft-model decodes of a round drafting k tokens at per-token acceptance a.
 
@@ -78,9 +90,9 @@ def draft_decodes(drafter: str, k: int, a: float) -> float:
     first k - 1 drafted tokens; after a round whose k drafts were all accepted (chance a^k) it also
     decodes the last of them, which it never saw.  Counting k alone under-charged long drafts and,
     with the cost learned per drafted token, over-charged short ones (a K = 1 round decodes 1-2
-    tokens for one draft).  Other drafters cost per proposed token.
+    tokens for one draft).  Other drafters cost per proposed token (``DrafterKind.per_decode``).
     """
-    if drafter != Drafter.MODEL:
+    if drafter not in _PER_DECODE:
         return float(k)
     return k + a ** k
 
@@ -205,24 +217,26 @@ class DraftController:
     def __init__(self, settings: ControllerSettings, costs: CostModel) -> None:
         self.settings = settings
         self.costs = costs
-        self.windows = {name: AcceptanceWindow(settings.window_rounds) for name in (Drafter.MODEL, Drafter.LOOKUP)}
+        self.windows = {name: AcceptanceWindow(settings.window_rounds) for name in KINDS}
         # prompt lookup's acceptance per match class, what planning reads where the match is known
-        # (windows[LOOKUP] pools every class: the rails and a proposal whose match is not known read it)
+        # (windows[LOOKUP] pools every class: the rails and a proposal whose match is not known read it);
+        # the drafter whose registry line says match_classes (one such drafter)
         self.lookup_windows = {c: AcceptanceWindow(settings.window_rounds) for c in MATCH_CLASSES}
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
-        self._since_probe: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
+        self._since_probe: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         # rounds a drafter drafts in a row (EMA over its runs; the run going on): what a change of
         # verify size is shared by.  Starts at STAY_PRIOR, so a drafter is not refused before it ran
-        self._stay: dict[Drafter, float] = {Drafter.MODEL: STAY_PRIOR, Drafter.LOOKUP: STAY_PRIOR}
-        self._run: dict[Drafter, int] = {Drafter.MODEL: 0, Drafter.LOOKUP: 0}
+        self._stay: dict[Drafter, float] = dict.fromkeys(KINDS, STAY_PRIOR)
+        self._run: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
 
     # -- planning ---------------------------------------------------------------
 
     def k_max(self, drafter: Drafter) -> int:
-        """The longest draft this drafter may make."""
-        return self.settings.lookup_k_max if drafter is Drafter.LOOKUP else self.settings.k_max
+        """The longest draft this drafter may make (its registry line says which setting)."""
+        kind = KINDS.get(drafter)
+        return kind.k_max(self.settings) if kind is not None else self.settings.k_max
 
     def viable(self, drafter: Drafter) -> bool:
         """Could this drafter beat plain decoding here even if every token were accepted?"""
@@ -237,23 +251,24 @@ class DraftController:
 
     def _window(self, drafter: Drafter, match: int) -> AcceptanceWindow:
         """The acceptance a plan for this drafter reads: prompt lookup's of its match class."""
-        c = match_class(match) if drafter is Drafter.LOOKUP else 0
+        c = match_class(match) if KINDS[drafter].match_classes else 0
         return self.lookup_windows[c] if c else self.windows[drafter]
 
     def answer_plan(self, mode: Mode, *, has_model: bool, blocked: str = "") -> AnswerPlan:
         """Decide, once per answer, which drafters may run in it (the engine and the simulator both ask).
 
-        ``blocked`` is why speculation cannot run at all with this pair ("" when it can).
+        The mode's drafters come from ``specchat.modes.MODES``; one that needs a draft model runs
+        only with ``has_model``.  ``blocked`` is why speculation cannot run at all with this pair
+        ("" when it can).
         """
-        use_model = mode in (Mode.DRAFT, Mode.AUTO) and has_model
-        use_lookup = mode in (Mode.LOOKUP, Mode.AUTO)
+        usable = tuple(d for d in MODE_DRAFTERS[mode] if has_model or not KINDS[d].needs_model)
         if blocked and mode is not Mode.BASELINE:
-            return AnswerPlan(False, False, (Fallback(f"speculation off: {blocked}", permanent=True),))
+            return AnswerPlan((), (Fallback(f"speculation off: {blocked}", permanent=True),))
         if mode is Mode.DRAFT and not has_model:
-            return AnswerPlan(False, use_lookup, (Fallback("no draft model loaded: plain decoding", permanent=True),))
-        if mode is Mode.AUTO and use_model and not self.viable(Drafter.MODEL):
+            return AnswerPlan(usable, (Fallback("no draft model loaded: plain decoding", permanent=True),))
+        if mode is Mode.AUTO and Drafter.MODEL in usable and not self.viable(Drafter.MODEL):
             k = self.settings.k_max + 1
-            return AnswerPlan(False, use_lookup, (Fallback(
+            return AnswerPlan(tuple(d for d in usable if d is not Drafter.MODEL), (Fallback(
                 "auto: the draft model cannot pay on this machine (best case "
                 f"{self.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
                 f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
@@ -261,7 +276,7 @@ class DraftController:
                 f"vs {self.costs.verify(1) * 1e3:.1f} ms for one)",
                 permanent=True,
             ),))
-        return AnswerPlan(use_model, use_lookup)
+        return AnswerPlan(usable)
 
     def draft_p_min(self, k: int) -> float:
         """``auto``'s confidence stop for a draft of up to k tokens, from this machine's costs.
@@ -302,35 +317,38 @@ class DraftController:
             k_hi = min(s.k_max, available[name])
             k, _ = self.costs.best_k(name, a, min(s.k_min, k_hi), k_hi)
             return Plan(name, k)
-        if mode is Mode.LOOKUP and Drafter.LOOKUP in available and self._cooldown.get(Drafter.LOOKUP, 0) > 0:
+        allowed = MODE_DRAFTERS[mode]
+        if mode is not Mode.AUTO and any(self._cooldown.get(d, 0) > 0 for d in allowed if d in available):
             return Plan(Drafter.NONE, 0, fallback=True)
-        # auto: every usable drafter and K = 0 compete on expected speed.  lookup mode is the same race
-        # with prompt lookup alone and no margin: a proposal behind a match of a class measured not to
-        # pay is not drafted, as a draft model's confidence stop declines a token it is unsure of.
+        # auto: every usable drafter and K = 0 compete on expected speed.  lookup mode (any mode of
+        # its own drafters but auto) is the same race with prompt lookup alone and no margin: a
+        # proposal behind a match of a class measured not to pay is not drafted, as a draft model's
+        # confidence stop declines a token it is unsure of.
         gain = s.min_gain if mode is Mode.AUTO else min(s.min_gain, 1.0)  # 0: lookup drafts every proposal
         best = Plan(Drafter.NONE, 0)
         best_rate = self.costs.rate(Drafter.NONE, 0, 0.0) * gain
         probe: Plan | None = None
         for key, ceiling in available.items():
             name = Drafter(key)
-            if mode is Mode.LOOKUP and name is not Drafter.LOOKUP:
+            if name not in allowed:
                 continue
+            kind = KINDS[name]
             k_hi = min(self.k_max(name), ceiling)
             if k_hi < 1 or not self.viable(name):
                 continue
             if self._cooldown.get(name, 0) > 0:
                 continue
             a = self._window(name, match).optimistic_rate(s.explore_z)
-            k_lo = min(s.k_min, k_hi) if mode is Mode.LOOKUP else 1
+            k_lo = min(s.k_min, k_hi) if mode is not Mode.AUTO else 1
             k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s)
             if rate > best_rate:
-                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if name is Drafter.MODEL else None,
-                                       match=match if name is Drafter.LOOKUP else 0), rate
+                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
+                                       match=match if kind.match_classes else 0), rate
             elif (self._since_probe[name] >= self._probe_interval(name)
                   and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate):
                 # a probe only where this proposal could pay if it were right (a change of verify
                 # size included): a probe that cannot pay even then teaches nothing worth its cost
-                probe = Plan(name, 1, probe=True, match=match if name is Drafter.LOOKUP else 0)
+                probe = Plan(name, 1, probe=True, match=match if kind.match_classes else 0)
         if best.drafter is Drafter.NONE and probe is not None:
             return probe
         return best
@@ -365,11 +383,13 @@ class DraftController:
         """Tokens between exploration rounds of a drafter auto is not using.
 
         A probe of the draft model first catches the draft up on every token it
-        missed, so it is only worth it where the best case is a clear win.
+        missed, so it is only worth it where the best case is a clear win (its registry
+        line: every 4 x the interval, where the best case is 1.2x plain or more).
         """
-        interval = self.settings.probe_interval_tokens
-        if drafter is Drafter.MODEL:
-            return interval * 4 if self.best_case_multiplier(Drafter.MODEL) >= 1.2 else 1 << 30
+        kind = KINDS[drafter]
+        interval = self.settings.probe_interval_tokens * kind.probe_scale
+        if kind.probe_min_gain and self.best_case_multiplier(drafter) < kind.probe_min_gain:
+            return 1 << 30
         return interval
 
     # -- learning ---------------------------------------------------------------
@@ -397,24 +417,25 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
-                if name == Drafter.LOOKUP:
+                if KINDS[name].match_classes:
                     for w in self.lookup_windows.values():
                         w.clear()
-        if mode is Mode.AUTO and plan.drafter is Drafter.MODEL and plan.k and not r.drafted:
+        declines = plan.drafter in KINDS and KINDS[plan.drafter].confidence_stop
+        if mode is Mode.AUTO and declines and plan.k and not r.drafted:
             # The draft was asked and declined (its first token was under the confidence stop):
             # a round paid for drafting and got nothing, which is what a rejection costs.  Counted
             # as one, so auto learns that such rounds do not pay (without it, a draft that always
             # declined left the window empty and auto's estimate optimistic for ever).
-            self.windows[Drafter.MODEL].add(Counts.of_round(plan.k, 1, 0))
+            self.windows[plan.drafter].add(Counts.of_round(plan.k, 1, 0))
         if r.drafted and plan.drafter in self.windows:
             if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
                 # a draft model's cost is per decoded token (what a calibration measures); a
                 # proposal-only drafter's per proposed token
-                per = r.draft_decoded if plan.drafter is Drafter.MODEL and r.draft_decoded else r.drafted
+                per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
                 self.costs.observe_draft(plan.drafter, r.draft_s / per)
             w = self.windows[plan.drafter]
             w.add(counts)
-            if plan.drafter is Drafter.LOOKUP and plan.match:
+            if KINDS[plan.drafter].match_classes and plan.match:
                 self.lookup_windows[match_class(plan.match)].add(counts)
             # The guard rails are for the forced modes, which have no cost model to stop them.
             # auto's own test (the drafter's expected rate against plain, every round) already

@@ -8,6 +8,12 @@ early when its top probability drops below ``p_min``.
 (the proposals of llama-cpp-python's ``LlamaPromptLookupDecoding``, from an
 incremental index); no second model, no cost worth mentioning, and very good
 on code edits and quoted text.
+
+Each comes with its simulator side (``ModelReplay``, ``LookupReplay``) and a line in
+:data:`DRAFTERS`, the registry the pair, the loop, the simulator and the controller read
+(protocol and entry: :mod:`.drafting`).  A new drafter is one file with its class, its replay
+and its :class:`~.drafting.DrafterKind`, plus one line in :data:`DRAFTERS` (and its name in
+``specchat/modes.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +21,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from .drafting import (
+    Drafted,
+    DrafterKind,
+    LiveDrafter,
+    Offer,
+    PlanView,
+    ReplayContext,
+    Replayed,
+    kinds_by_name,
+)
 from .runtime import LoadedModel
 from .sampling import greedy_choice
-from .settings import Drafter
+from .settings import ControllerSettings, Drafter
 from .shapes import CATCH_UP_ONE_BY_ONE
 
 MATCH_CAP = 32  # prompt lookup measures a match's length up to this many tokens
@@ -25,6 +41,7 @@ MATCH_CAP = 32  # prompt lookup measures a match's length up to this many tokens
 
 class ModelDrafter:
     name = Drafter.MODEL
+    cheap_prefill = False
 
     def __init__(self, model: LoadedModel, target_n_vocab: int, p_min: float) -> None:
         self.model = model
@@ -71,6 +88,62 @@ class ModelDrafter:
         self.last_decoded = decoded
         return out
 
+    # -- as a LiveDrafter (drafting.py) ------------------------------------------------------
+
+    def start(self) -> None:
+        """Nothing per answer: its cache follows the context (``propose`` keeps what matches)."""
+
+    def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
+        """Up to ``k_max`` tokens, drafted only if chosen (what it would draft costs decodes)."""
+        return Offer(min(k_cap, settings.k_max))
+
+    def draft(self, history: list[int], plan: PlanView) -> Drafted:
+        tokens = self.propose(history, plan.k, plan.p_min)
+        return Drafted(tokens, self.last_seconds, self.last_catch_up, self.last_decoded)
+
+
+class ModelReplay:
+    """The draft model in the simulator: what :class:`ModelDrafter` decodes, charged on the profile.
+
+    One decode of the tokens it has not seen (``1 + catch_up``, charged as a batch of that size on
+    the profile's verify shape, or one 1-token decode each where shapes are kept) and one
+    single-token decode per further drafted token; the last drafted token is decoded only when a
+    ``p_min`` stop ended the draft.  The draft's cache follows the answer, so a drafter resumed
+    after plain rounds pays its catch-up, as in the engine.
+    """
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx = ctx
+        self.rows = ctx.trace.draft_p10 if ctx.p_top10 else ctx.trace.draft_p
+        self.valid = ctx.trace.prompt_tokens  # prompt + answer tokens the draft's cache holds (after its prefill)
+
+    def offer(self, i: int, k_cap: int) -> Offer:
+        return Offer(min(k_cap, self.ctx.settings.k_max))
+
+    def draft(self, i: int, plan: PlanView) -> Replayed:
+        ctx = self.ctx
+        pt, profile, clock = ctx.trace, ctx.profile, ctx.clock
+        history = pt.prompt_tokens + i + 1
+        catch_up = history - min(self.valid, history - 1) - 1
+        row = self.rows[i]
+        p_stop = (ctx.settings.p_min if plan.p_min is None else plan.p_min) * 1000
+        n = 0
+        while n < plan.k and n < len(row) and row[n] >= p_stop:
+            n += 1
+        decoded = n - 1 if n == plan.k else n  # drafted tokens the draft decoded (the last one is not, at K)
+        seconds: tuple[float, ...]
+        if ctx.shaped and 0 < catch_up < CATCH_UP_ONE_BY_ONE:  # one 1-token decode each
+            seconds = (sum(clock(profile.draft_s) for _ in range(catch_up + 1)),)
+        else:
+            seconds = (clock(profile.draft_s * profile.verify_s(1 + catch_up) / profile.token_s),)
+            if profile.recapture_s and catch_up:  # the batch, and the two 1-token steps after it
+                seconds += (clock(3 * profile.recapture_s),)
+        seconds += (sum(clock(profile.draft_s) for _ in range(decoded)),)
+        drafted = n if n >= max(ctx.n_min, 1) else 0
+        accepted = min(pt.draft_match[i], drafted)
+        self.valid = history + min(pt.draft_match[i], decoded, accepted + 1)
+        return Replayed(drafted, accepted, seconds, catch_up, catch_up + 1 + decoded)
+
 
 class PromptLookupDrafter:
     """Prompt lookup: the tokens that followed the earliest earlier occurrence of the longest
@@ -93,12 +166,14 @@ class PromptLookupDrafter:
     """
 
     name = Drafter.LOOKUP
+    cheap_prefill = True  # indexing the prompt is host work (14 ms at 4k tokens on a CPU)
 
     def __init__(self, max_ngram: int, k_max: int) -> None:
         self.max_ngram = max(1, max_ngram)
         self.k_max = k_max
         self.last_seconds = 0.0
         self.last_match = 0  # tokens of agreement behind the last proposal (0: none)
+        self._proposal: list[int] = []  # the last offer's tokens
         self._tokens: list[int] = []
         self._first: list[dict[tuple[int, ...], int]] = []  # [n - 1]: n-gram -> where it first starts
         self.reset()
@@ -151,3 +226,68 @@ class PromptLookupDrafter:
                 self.last_match = agree
                 return toks[at + n : at + n + k]
         return []
+
+    # -- as a LiveDrafter (drafting.py) ------------------------------------------------------
+
+    def start(self) -> None:
+        self.reset()
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.index(prompt)
+
+    def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
+        """Its proposal, made now (a few us): its length is the ceiling, its match the evidence."""
+        self._proposal = self.propose(history, min(k_cap, settings.lookup_k_max))
+        return Offer(len(self._proposal), self.last_match if self._proposal else 0, self.last_seconds)
+
+    def draft(self, history: list[int], plan: PlanView) -> Drafted:
+        return Drafted(self._proposal[: plan.k])
+
+
+class LookupReplay:
+    """Prompt lookup in the simulator: the trace's proposal length, match and accepted tokens."""
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx = ctx
+
+    def offer(self, i: int, k_cap: int) -> Offer:
+        ctx, pt = self.ctx, self.ctx.trace
+        seconds = ctx.clock(ctx.profile.lookup_s)
+        n = min(pt.lookup_len[i], k_cap, ctx.settings.lookup_k_max)
+        return Offer(n, (pt.lookup_agree[i] if pt.lookup_agree else 0) if n else 0, seconds)
+
+    def draft(self, i: int, plan: PlanView) -> Replayed:
+        return Replayed(plan.k, min(self.ctx.trace.lookup_match[i], plan.k))
+
+
+def _model_drafter(target: LoadedModel, draft: LoadedModel | None, s: ControllerSettings) -> ModelDrafter | None:
+    return ModelDrafter(draft, target.n_vocab, s.p_min) if draft is not None else None
+
+
+def _lookup_drafter(target: LoadedModel, draft: LoadedModel | None, s: ControllerSettings) -> PromptLookupDrafter:
+    return PromptLookupDrafter(s.lookup_ngram, s.lookup_k_max)
+
+
+def _lookup_k_max(s: ControllerSettings) -> int:
+    return s.lookup_k_max
+
+
+# The drafter registry: one line per drafter.  A mode offers its drafters in the order
+# specchat/modes.py lists them; the controller prices each from its line.
+DRAFTERS: tuple[DrafterKind, ...] = (
+    DrafterKind(Drafter.MODEL, _model_drafter, ModelReplay, needs_model=True, per_decode=True,
+                confidence_stop=True, probe_scale=4, probe_min_gain=1.2),
+    DrafterKind(Drafter.LOOKUP, _lookup_drafter, LookupReplay, k_max=_lookup_k_max, match_classes=True),
+)
+KINDS = kinds_by_name(DRAFTERS)
+
+
+def build_drafters(target: LoadedModel, draft: LoadedModel | None,
+                   settings: ControllerSettings) -> dict[Drafter, LiveDrafter]:
+    """Every registered drafter that can run with this pair."""
+    out: dict[Drafter, LiveDrafter] = {}
+    for kind in DRAFTERS:
+        drafter = kind.build(target, draft, settings)
+        if drafter is not None:
+            out[kind.name] = drafter
+    return out

@@ -37,7 +37,7 @@ from .verify import accepted_count, sample_and_match
 if TYPE_CHECKING:
     from .cancel import CancelToken
     from .controller import DraftController
-    from .drafters import ModelDrafter, PromptLookupDrafter
+    from .drafting import LiveDrafter
     from .runtime import LoadedModel
 
 
@@ -47,8 +47,7 @@ class LoopPair(Protocol):
     target: LoadedModel
     draft: LoadedModel | None
     controller: DraftController
-    model_drafter: ModelDrafter | None
-    lookup: PromptLookupDrafter
+    drafters: dict[Drafter, LiveDrafter]  # every registered drafter that can run with this pair
     speculation_blocked: str
 
 _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
@@ -126,20 +125,20 @@ def generate(
         yield Done(StopReason.MAX_TOKENS, stats(0.0))
         return
 
-    # which drafters may run in this answer, and why not if one may not
-    drafter_model = pair.model_drafter
-    answer = controller.answer_plan(mode, has_model=drafter_model is not None, blocked=pair.speculation_blocked)
-    use_model, use_lookup = answer.use_model, answer.use_lookup
+    # which drafters may run in this answer (its mode's, in the order they offer), and why not if one may not
+    answer = controller.answer_plan(mode, has_model=Drafter.MODEL in pair.drafters, blocked=pair.speculation_blocked)
+    active = [pair.drafters[d] for d in answer.drafters if d in pair.drafters]
+    by_name = {d.name: d for d in active}
     yield from answer.notes
     fallbacks.extend(n.reason for n in answer.notes)
-    model = drafter_model if use_model else None  # the draft model, when this answer may use it
 
     sampler: TargetSampler | None = None
     # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
     shape = (VerifyShape(controller.costs.verify, lambda: controller.costs.recapture_s)
-             if target.shape_sensitive and (use_model or use_lookup)
+             if target.shape_sensitive and active
              else None)
-    pair.lookup.reset()
+    for d in pair.drafters.values():
+        d.start()
     controller.start_answer()
     try:
         sampler = TargetSampler(target, sampling)  # a schema or grammar that cannot be used: GrammarError
@@ -150,10 +149,10 @@ def generate(
             reused -= 1
             target.trim(reused)
         target.decode(prompt[reused:], logits="last")
-        if use_lookup:  # while an asynchronous backend computes the prefill (14 ms at 4k tokens on a CPU)
-            pair.lookup.index(prompt)
-        if model is not None:
-            model.prefill(prompt)
+        # host work first (prompt lookup's index: 14 ms at 4k tokens on a CPU), while an asynchronous
+        # backend computes the prefill; then what decodes (the draft model's prefill)
+        for d in sorted(active, key=lambda d: not d.cheap_prefill):
+            d.prefill(prompt)
         first = sampler.sample(-1)
         prefill_s = time.perf_counter() - t0
         yield Prefilled(len(prompt), reused, prefill_s)
@@ -182,27 +181,27 @@ def generate(
                 stop_reason = StopReason.CONTEXT_FULL
                 break
             k_cap = min(room, max_tokens - n_generated - 1)  # and each drafter's own longest draft
+            # every drafter of the answer offers (a draft model: its K ceiling; prompt lookup: its
+            # proposal, made now); the controller picks one and K; the chosen one drafts
             available: dict[Drafter, int] = {}
-            proposal: list[int] = []
+            match = 0  # the evidence behind an offer (prompt lookup's match length)
             draft_s = 0.0
             if k_cap > 0:
-                if model is not None:
-                    available[Drafter.MODEL] = min(k_cap, cs.k_max)
-                if use_lookup:
-                    proposal = pair.lookup.propose(history, min(k_cap, cs.lookup_k_max))
-                    draft_s += pair.lookup.last_seconds
-                    if proposal:
-                        available[Drafter.LOOKUP] = len(proposal)
-            plan = controller.plan(mode, available, pair.lookup.last_match if proposal else 0,
+                for d in active:
+                    offer = d.offer(history, k_cap, cs)
+                    draft_s += offer.seconds
+                    if offer.ceiling:
+                        available[d.name] = offer.ceiling
+                        match = match or offer.match
+            plan = controller.plan(mode, available, match,
                                    held=shape.size if shape is not None else 0,
                                    change_s=shape.change_s if shape is not None else 0.0)
             catch_up = draft_decoded = 0
-            if plan.drafter is Drafter.MODEL and model is not None:  # planned only when offered, with a model
-                drafted = model.propose(history, plan.k, plan.p_min)
-                draft_s += model.last_seconds
-                catch_up, draft_decoded = model.last_catch_up, model.last_decoded
-            elif plan.drafter is Drafter.LOOKUP:
-                drafted = proposal[: plan.k]
+            chosen = by_name.get(plan.drafter)  # planned only when offered
+            if chosen is not None:
+                got = chosen.draft(history, plan)
+                drafted, catch_up, draft_decoded = got.tokens, got.catch_up, got.decoded
+                draft_s += got.seconds
             else:
                 drafted = []
             drafted = sampler.allowed_prefix(drafted)  # under a grammar: what it forbids would be rejected

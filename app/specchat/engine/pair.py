@@ -20,11 +20,11 @@ from .calibration import calibrate
 from .cancel import CancelToken
 from .chat import ChatFormat, ChatPrompt
 from .controller import CostModel, DraftController
-from .drafters import ModelDrafter, PromptLookupDrafter
+from .drafters import ModelDrafter, build_drafters
 from .events import Event
 from .generate import generate
 from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
-from .settings import ControllerSettings, Mode, SamplingSettings
+from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
 
 
 class IncompatiblePair(LlamaError):
@@ -106,10 +106,9 @@ class SpeculativePair:
             self.speculation_blocked = "the target's memory (recurrent/hybrid model) cannot roll back rejected tokens"
         self.costs = costs
         self.controller = DraftController(config.controller, costs)
-        self.model_drafter = (
-            ModelDrafter(self.draft, self.target.n_vocab, config.controller.p_min) if self.draft else None
-        )
-        self.lookup = PromptLookupDrafter(config.controller.lookup_ngram, config.controller.lookup_k_max)
+        self.drafters = build_drafters(self.target, self.draft, config.controller)  # the registry's, that can run
+        model = self.drafters.get(Drafter.MODEL)
+        self.model_drafter = model if isinstance(model, ModelDrafter) else None
         self.chat_format = chat_format
 
     def close(self) -> None:

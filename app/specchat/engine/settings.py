@@ -8,8 +8,8 @@ same type) and re-exported here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from specchat.modes import Drafter, Mode  # the names live in one leaf (specchat/modes.py)
 from specchat.sampling_settings import (
     MAX_STRUCTURED_BYTES,
     STRUCTURED_LABELS,
@@ -21,21 +21,6 @@ from specchat.sampling_settings import (
 
 __all__ = ["MAX_STRUCTURED_BYTES", "STRUCTURED_LABELS", "ControllerSettings", "Drafter", "GrammarError", "Mode",
            "SamplingSettings", "Structured", "StructuredOutput"]
-
-
-class Mode(StrEnum):
-    BASELINE = "baseline"  # plain decoding, no drafter
-    DRAFT = "draft"  # a draft model proposes tokens
-    LOOKUP = "lookup"  # n-gram prompt lookup proposes tokens
-    AUTO = "auto"  # the controller picks drafter and K (0 included) by expected speed
-
-
-class Drafter(StrEnum):
-    """Who proposed a round's draft (``NONE``: a plain round)."""
-
-    NONE = "none"
-    MODEL = "model"  # a small draft model with the same tokenizer
-    LOOKUP = "lookup"  # n-gram prompt lookup
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,11 @@ noise), and feeds the controller the same :class:`RoundStats` the engine
 would (``observe``).  Only the decodes are replaced, by the trace and the
 profile.
 
-What the draft model costs in a round mirrors :class:`ModelDrafter`: one
-decode of the tokens it has not seen (``1 + catch_up``, charged as a batch of
-that size on the profile's verify shape) and one single-token decode per
-further drafted token; the last drafted token is decoded only when a
-``p_min`` stop ended the draft.  The draft's cache follows the answer, so a
-drafter resumed after plain rounds pays its catch-up, as in the engine.
+Each drafter replays itself from the trace (its ``Replay`` in the drafter
+registry, ``drafters.DRAFTERS``): the simulator, like the loop, asks every
+drafter of the answer for its offer and the chosen one for its draft, with no
+branch per kind.  What the draft model costs in a round mirrors
+:class:`ModelDrafter` (:class:`~.drafters.ModelReplay`).
 """
 
 from __future__ import annotations
@@ -36,9 +35,11 @@ from specchat.metrics import Counts
 
 from .calibration import batch_sizes
 from .controller import CostModel, DraftController
+from .drafters import KINDS
+from .drafting import ReplayContext
 from .events import RoundStats
 from .settings import ControllerSettings, Drafter, Mode
-from .shapes import CATCH_UP_ONE_BY_ONE, VerifyShape
+from .shapes import VerifyShape
 from .trace import PromptTrace, Trace, agreement_trace
 
 PROFILE_VERSION = 1
@@ -288,59 +289,39 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     n_tokens = len(pt.tokens)
     if pt.ended and n_tokens == 1:
         return Counts.of_answer(0, 0.0, prompt_tokens=pt.prompt_tokens)
-    p_rows = pt.draft_p10 if policy.p_top10 else pt.draft_p
     rounds = Counts()
     decode_s = 0.0
     i = 0  # index of id_last, the newest committed token
     n_generated = 1
-    draft_valid = pt.prompt_tokens  # prompt + answer tokens the draft's cache holds (after its prefill)
     index = 0
     # shapes (engine/shapes.py): a change re-captures on its call and the next (replay from the third)
     recapture = profile.recapture_s
     costs = controller.costs
     shape = (VerifyShape(costs.verify, lambda: costs.recapture_s)
-             if recapture and (plan_a.use_model or plan_a.use_lookup) else None)
+             if recapture and plan_a.drafters else None)
+    ctx = ReplayContext(pt, profile, clock, cs, shaped=bool(recapture), p_top10=policy.p_top10, n_min=policy.n_min)
+    replays = {name: KINDS[name].replay(ctx) for name in plan_a.drafters}  # in the order they offer
     while i < n_tokens - 1:
         k_cap = pt.max_tokens - n_generated - 1
         available: dict[Drafter, int] = {}
         draft_s = 0.0
         agree = 0
         if k_cap > 0:
-            if plan_a.use_model:
-                available[Drafter.MODEL] = min(k_cap, cs.k_max)
-            if plan_a.use_lookup:
-                draft_s += clock(profile.lookup_s)
-                n_lookup = min(pt.lookup_len[i], k_cap, cs.lookup_k_max)
-                if n_lookup:
-                    available[Drafter.LOOKUP] = n_lookup
-                    agree = pt.lookup_agree[i] if pt.lookup_agree else 0
+            for name, replay in replays.items():
+                offer = replay.offer(i, k_cap)
+                draft_s += offer.seconds
+                if offer.ceiling:
+                    available[name] = offer.ceiling
+                    agree = agree or offer.match
         plan = controller.plan(mode, available, agree, held=shape.size if shape is not None else 0,
                                change_s=shape.change_s if shape is not None else 0.0)
         catch_up = drafted = accepted = draft_decoded = 0
-        if plan.drafter is Drafter.MODEL and plan_a.use_model:
-            history = pt.prompt_tokens + i + 1
-            catch_up = history - min(draft_valid, history - 1) - 1
-            row = p_rows[i]
-            p_stop = (cs.p_min if plan.p_min is None else plan.p_min) * 1000
-            n = 0
-            while n < plan.k and n < len(row) and row[n] >= p_stop:
-                n += 1
-            by_k = n == plan.k
-            decoded = n - 1 if by_k else n  # drafted tokens the draft decoded (the last one is not, at K)
-            if shape is not None and 0 < catch_up < CATCH_UP_ONE_BY_ONE:  # one 1-token decode each
-                draft_s += sum(clock(profile.draft_s) for _ in range(catch_up + 1))
-            else:
-                draft_s += clock(profile.draft_s * profile.verify_s(1 + catch_up) / profile.token_s)
-                if recapture and catch_up:  # the batch, and the two 1-token steps after it
-                    draft_s += clock(3 * recapture)
-            draft_s += sum(clock(profile.draft_s) for _ in range(decoded))
-            draft_decoded = catch_up + 1 + decoded
-            drafted = n if n >= max(policy.n_min, 1) else 0
-            accepted = min(pt.draft_match[i], drafted)
-            draft_valid = history + min(pt.draft_match[i], decoded, accepted + 1)
-        elif plan.drafter is Drafter.LOOKUP:
-            drafted = plan.k
-            accepted = min(pt.lookup_match[i], drafted)
+        chosen = replays.get(plan.drafter)  # planned only when offered
+        if chosen is not None:
+            got = chosen.draft(i, plan)
+            drafted, accepted, catch_up, draft_decoded = got.drafted, got.accepted, got.catch_up, got.decoded
+            for seconds in got.seconds:  # term by term, as the clock drew them
+                draft_s += seconds
         verify_n = drafted + 1
         if shape is not None:  # a size not replayed yet re-captures (its first two calls)
             verify_n = shape.size_for(drafted + 1, 1 << 30)

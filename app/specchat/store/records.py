@@ -14,15 +14,16 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from specchat import modes
 from specchat.metrics import Counts, CountsView, PhaseSplit
 from specchat.sampling_settings import SamplingSettings, StructuredOutput
 
 log = logging.getLogger(__name__)
 
-# The engine's mode names (specchat.engine.Mode; the store does not import the engine).
-PLAIN_MODE = "baseline"  # plain decoding, no drafter
-SPECULATION_MODES = (PLAIN_MODE, "draft", "lookup", "auto")
-_LEGACY_MODES = {"off": PLAIN_MODE}  # what chats and answers of schema 1 called plain decoding
+# The mode names (specchat/modes.py, the leaf the engine's Mode comes from too).
+PLAIN_MODE = modes.PLAIN_MODE  # plain decoding, no drafter
+SPECULATION_MODES = modes.MODE_NAMES
+_LEGACY_MODES = modes.LEGACY_MODES
 TASK_TAGS = ("code", "edit", "chat", "json", "summary", "creative")  # the built-in tags; any other text is allowed
 _SAMPLING_FIELDS = frozenset(f.name for f in fields(SamplingSettings))
 _SAMPLING_FLAT = _SAMPLING_FIELDS - {"structured"}  # stored as they are; the structured output as two keys

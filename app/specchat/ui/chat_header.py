@@ -5,10 +5,9 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from specchat.engine.settings import Mode
+from specchat.modes import MODES
 
-SPECULATION = [(Mode.AUTO, "Speculation: auto"), (Mode.DRAFT, "Draft model"), (Mode.LOOKUP, "Prompt lookup"),
-               (Mode.BASELINE, "Plain (no speculation)")]
+SPECULATION = [(m.mode, m.label) for m in MODES]
 SERVER_DECIDES = "the server decides its draft model and speculation (Chat settings… → Backend)"
 NO_SWITCH_TIP = ("This model's chat template has no reasoning switch (enable_thinking), "
                  "so reasoning cannot be turned on or off for it.")

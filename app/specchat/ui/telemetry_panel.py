@@ -17,7 +17,6 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -34,6 +33,7 @@ from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
 
+from .plots import PLOTS, PlotSpec, nice_ceiling
 from .theme import Theme, controller, current
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ PAINT_BUDGET = 0.015  # painting may take at most this share of the time: on a C
 MEMORY_MS = 1000
 NUMBERS_S = 0.5  # the running numbers: twice a second is plenty to read, and each costs a rich-text layout
 GIB = 1024**3
+__all__ = ["TelemetryPanel", "nice_ceiling", "stepped_window"]
 
 
 def _fmt(v: float | None, spec: str, none: str = "–") -> str:
@@ -57,23 +58,6 @@ def _title(theme: Theme, *parts: str | tuple[str, str]) -> str:
     a part (word, curve) takes the curve's colour in ``theme``."""
     return " ".join(p if isinstance(p, str) else f'<span style="color:{theme.curve(p[1])}">{p[0]}</span>'
                     for p in parts)
-
-
-# (curve attribute, its colour in the theme, pen width) and the dashed or dotted lines: styled by
-# TelemetryPanel.set_theme on the items made once, so a theme change adds no item
-_PENS = (("c_speed", "speed", 1), ("c_smooth", "smooth", 2), ("c_tok_acc", "token", 2), ("c_seq_acc", "sequence", 2),
-         ("c_k", "k", 1), ("c_draft", "draft", 1), ("c_verify", "verify", 1), ("c_total", "overhead", 1),
-         ("c_rss", "rss", 2), ("c_vram", "vram", 2), ("c_pvram", "pvram", 1))
-_LINES = (("plain_line", "plain", Qt.PenStyle.DashLine), ("tok_rail", "token", Qt.PenStyle.DotLine),
-          ("seq_rail", "sequence", Qt.PenStyle.DotLine))
-
-
-def nice_ceiling(v: float) -> float:
-    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 x 10^n at or above ``v``: an axis end that moves rarely."""
-    if not math.isfinite(v) or v <= 0:
-        return 1.0
-    e = 10.0 ** math.floor(math.log10(v))
-    return next(m * e for m in (1, 1.5, 2, 3, 4, 5, 6, 8, 10) if v <= m * e * (1 + 1e-9))
 
 
 def stepped_window(first: float, last: float, minimum: float) -> tuple[float, float]:
@@ -200,77 +184,72 @@ class TelemetryPanel(QDockWidget):
         return stepped_window(float(seq[0]), float(seq[-1]), 20) if len(seq) else (0.0, 20.0)
 
     def _build_plots(self) -> None:
+        """Every plot of :data:`~.plots.PLOTS`, top to bottom, with its items made once (kept as
+        attributes by the names the specs give: ``p_<key>``, the curves, lines and marks)."""
         self._ranges: dict[int, tuple] = {}
         gpu = self.sampler.description != NO_GPU
-        self._titles = (
-            ("tok/s:", ("per round", "speed"), ("smoothed", "smooth"), ("plain", "plain")),
-            ("acceptance:", ("token", "token"), ("sequence", "sequence"), "· dotted: fallback"),
-            ("draft length K ·", ("fallback", "fallback"), "(hover)"),
-            ("per round:", ("draft", "draft"), ("+ verify", "verify"), ("+ overhead", "overhead")),
-            ("memory:", ("RSS", "rss"), ("VRAM GPU 0", "vram"), ("this process", "pvram")) if gpu
-            else ("memory:", ("process RSS", "rss"), "(no NVIDIA GPU)"),
-        )
-        self.p_speed = self._plot(0, "tok/s")
-        self.c_speed = self.p_speed.plot(name="per round")
-        self.c_smooth = self.p_speed.plot(name="smoothed")
-        self.plain_line = pg.InfiniteLine(angle=0, label="plain", labelOpts={"position": 0.05})
-        self.plain_line.hide()
-        self.p_speed.addItem(self.plain_line)
-
-        self.p_acc = self._plot(1, "share")
-        self.c_tok_acc = self.p_acc.plot(name="token")
-        self.c_seq_acc = self.p_acc.plot(name="sequence")
-        self.tok_rail = pg.InfiniteLine(angle=0)
-        self.seq_rail = pg.InfiniteLine(angle=0)
-        self.p_acc.addItem(self.tok_rail)
-        self.p_acc.addItem(self.seq_rail)
-
-        self.p_k = self._plot(2, "K")
-        self.c_k = self.p_k.plot(stepMode=None)
-        self.s_fallback = pg.ScatterPlotItem(size=10, hoverable=True, tip=lambda x, y, data: str(data))
-        self.p_k.addItem(self.s_fallback)
-
-        self.p_time = self._plot(3, "ms")
-        self.c_draft = self.p_time.plot(fillLevel=0)
-        self.c_verify = self.p_time.plot()
-        self.c_total = self.p_time.plot()
-
-        self.p_mem = self._plot(4, "GiB")
-        self.c_rss = self.p_mem.plot(name="process RSS")
-        self.c_vram = self.p_mem.plot(name="VRAM used (GPU 0)")
-        self.c_pvram = self.p_mem.plot(name="VRAM, this process")
-        # the four round plots share one x axis (rounds), drawn once under the lowest of them
-        for p in (self.p_speed, self.p_acc, self.p_k):
+        self._specs: list[PlotSpec] = list(PLOTS)
+        self._plot_items: list[pg.PlotItem] = []
+        self._titles = [spec.title if gpu or spec.title_no_gpu is None else spec.title_no_gpu for spec in PLOTS]
+        for row, spec in enumerate(PLOTS):
+            p = self._plot(row, spec.y_label)
+            for s in spec.series:
+                opts: dict = {"stepMode": None} if s.step else {"fillLevel": 0} if s.fill else {}
+                setattr(self, s.attr, p.plot(**({"name": s.name} if s.name else {}), **opts))
+            for th in spec.thresholds:
+                line = pg.InfiniteLine(angle=0, **({"label": th.label, "labelOpts": {"position": 0.05}}
+                                                   if th.label else {}))
+                if th.hidden_at_first:
+                    line.hide()
+                p.addItem(line)
+                setattr(self, th.attr, line)
+            for mk in spec.marks:
+                spots = pg.ScatterPlotItem(size=10, hoverable=True, tip=lambda x, y, data: str(data))
+                p.addItem(spots)
+                setattr(self, mk.attr, spots)
+            setattr(self, f"p_{spec.key}", p)
+            self._plot_items.append(p)
+        # the round plots share one x axis (rounds), drawn once under the lowest of them
+        rounds = [p for p, spec in zip(self._plot_items, PLOTS, strict=True) if spec.clock == "rounds"]
+        for p in rounds[:-1]:
             p.hideAxis("bottom")
-        self.p_time.setLabel("bottom", "round")
-        self.p_mem.setLabel("bottom", "s")
-        for p in (self.p_speed, self.p_acc, self.p_k, self.p_time, self.p_mem):
+        if rounds:
+            rounds[-1].setLabel("bottom", "round")
+        for p, spec in zip(self._plot_items, PLOTS, strict=True):
+            if spec.clock == "time":
+                p.setLabel("bottom", "s")
+        self.p_mem: pg.PlotItem = next(p for p, spec in zip(self._plot_items, PLOTS, strict=True)
+                                       if spec.clock == "time")
+        for p in self._plot_items:
             self._set_range(p, (0.0, 20.0), (0.0, 1.0))
         # not x-linked: a link makes every plot repaint when one's range grows
-        self._groups = [self._paint_speed, self._paint_acceptance, self._paint_k, self._paint_time,
-                        self._paint_memory]
-        self._painted: list[object] = [None] * len(self._groups)  # what each plot last showed
+        self._painted: list[object] = [None] * len(self._specs)  # what each plot last showed
         self._next = 0
 
     def set_theme(self, theme: Theme) -> None:
         """Colour the plots made once (background, axes, titles, curves) for ``theme``; adds no item."""
         self.plots.setBackground(theme.plot_bg)
-        plots = (self.p_speed, self.p_acc, self.p_k, self.p_time, self.p_mem)
-        for plot, parts in zip(plots, self._titles, strict=True):
+        for plot, parts in zip(self._plot_items, self._titles, strict=True):
             plot.setTitle(_title(theme, *parts), color=theme.plot_fg, size="9pt")
             for side in ("left", "bottom"):
                 plot.getAxis(side).setPen(theme.plot_fg)
                 plot.getAxis(side).setTextPen(theme.plot_fg)
-        for attr, key, width in _PENS:
-            getattr(self, attr).setPen(pg.mkPen(theme.curve(key), width=width))
-        for attr, key, style in _LINES:
-            getattr(self, attr).setPen(pg.mkPen(theme.curve(key), style=style))
-        self.plain_line.label.setColor(theme.curve("plain"))
-        self.s_fallback.setBrush(pg.mkBrush(theme.curve("fallback")))
-        fill = pg.mkColor(theme.curve("draft"))
-        fill.setAlpha(90)
-        self.c_draft.setBrush(pg.mkBrush(fill))
-        self._painted = [None] * len(self._groups)  # repaint every plot with the new colours
+        for spec in self._specs:
+            for s in spec.series:
+                curve = getattr(self, s.attr)
+                curve.setPen(pg.mkPen(theme.curve(s.role), width=s.width))
+                if s.fill:
+                    fill = pg.mkColor(theme.curve(s.role))
+                    fill.setAlpha(90)
+                    curve.setBrush(pg.mkBrush(fill))
+            for th in spec.thresholds:
+                line = getattr(self, th.attr)
+                line.setPen(pg.mkPen(theme.curve(th.role), style=th.style))
+                if th.label:
+                    line.label.setColor(theme.curve(th.role))
+            for mk in spec.marks:
+                getattr(self, mk.attr).setBrush(pg.mkBrush(theme.curve(mk.role)))
+        self._painted = [None] * len(self._specs)  # repaint every plot with the new colours
 
     # -- painting --------------------------------------------------------------------------
 
@@ -288,12 +267,12 @@ class TelemetryPanel(QDockWidget):
             self._version = snap.version
             self._numbers_at = t0
             self.numbers.setText(self._numbers_html(snap))
-        n = len(self._groups)
+        n = len(self._specs)
         for step in range(n):
             i = (self._next + step) % n
             key = self._data_key(i, snap)
             if self._painted[i] != key:
-                self._groups[i](snap)
+                self._paint(i, snap)
                 self._painted[i] = key
                 self._next = (i + 1) % n
                 break
@@ -306,72 +285,48 @@ class TelemetryPanel(QDockWidget):
             return
         snap = self.recorder.snapshot()
         self._version = snap.version
-        for i, paint in enumerate(self._groups):
-            paint(snap)
+        for i in range(len(self._specs)):
+            self._paint(i, snap)
             self._painted[i] = self._data_key(i, snap)
         self.numbers.setText(self._numbers_html(snap))
 
     def _data_key(self, group: int, snap) -> tuple:
         """What a plot shows, in brief: a memory sample does not repaint the round plots."""
-        if self._groups[group] == self._paint_memory:
+        if self._specs[group].clock == "time":
             m = snap.memory
             return (len(m), float(m.t[-1]) if len(m) else None)
         r = snap.rounds
         return (len(r), int(r.seq[-1]) if len(r) else None, snap.plain_rate, len(snap.markers),
                 snap.min_token_acceptance, snap.min_sequence_acceptance)
 
-    def _paint_speed(self, snap) -> None:
-        r = snap.rounds
-        x = r.seq.astype(float)
-        self.c_speed.setData(x, r.tok_s)
-        self.c_smooth.setData(x, r.tok_s_smooth)
-        if snap.plain_rate:
-            self.plain_line.setValue(snap.plain_rate)
-            self.plain_line.show()
+    def _paint(self, group: int, snap) -> None:
+        """One plot from the snapshot, as its spec says: curves, lines, marks, then its range."""
+        spec, plot = self._specs[group], self._plot_items[group]
+        if spec.clock == "time":
+            m = snap.memory
+            if not len(m) or plot.scene() is None:  # nothing sampled yet, or hidden (a server backend)
+                return
+            x = m.t - m.t[0]
+            x_range = stepped_window(0.0, float(x[-1]), 60)
         else:
-            self.plain_line.hide()
-        top = max(float(np.nanmax(r.tok_s)) if len(r) else 0.0, snap.plain_rate or 0.0)
-        self._set_range(self.p_speed, self._rounds_window(snap), (0.0, nice_ceiling(1.05 * top)))
-
-    def _paint_acceptance(self, snap) -> None:
-        r = snap.rounds
-        x = r.seq.astype(float)
-        self.c_tok_acc.setData(x, r.token_acceptance)
-        self.c_seq_acc.setData(x, r.sequence_acceptance)
-        self.tok_rail.setValue(snap.min_token_acceptance)
-        self.seq_rail.setValue(snap.min_sequence_acceptance)
-        self._set_range(self.p_acc, self._rounds_window(snap), (0.0, 1.05))
-
-    def _paint_k(self, snap) -> None:
-        r = snap.rounds
-        self.c_k.setData(r.seq.astype(float), r.k)
-        marks = [m for m in snap.markers if not m.permanent]
-        self.s_fallback.setData([float(m.seq) for m in marks], [float(m.k) for m in marks],
-                                data=[m.reason for m in marks])
-        top = max(8.0, float(r.k.max()) if len(r) else 0.0)
-        self._set_range(self.p_k, self._rounds_window(snap), (0.0, top + 0.5))
-
-    def _paint_time(self, snap) -> None:
-        r = snap.rounds
-        x = r.seq.astype(float)
-        self.c_draft.setData(x, r.draft_s * 1e3)
-        self.c_verify.setData(x, (r.draft_s + r.verify_s) * 1e3)
-        total = (r.draft_s + r.verify_s + r.overhead_s) * 1e3
-        self.c_total.setData(x, total)
-        top = float(np.nanmax(total)) if len(r) else 0.0
-        self._set_range(self.p_time, self._rounds_window(snap), (0.0, nice_ceiling(1.05 * top)))
-
-    def _paint_memory(self, snap) -> None:
-        m = snap.memory
-        if len(m) and self.memory_plot_shown:
-            tm = m.t - m.t[0]
-            self.c_rss.setData(tm, m.rss / GIB)
-            top = float(m.rss.max())
-            if m.vram_used.shape[1]:
-                self.c_vram.setData(tm, m.vram_used[:, 0] / GIB)
-                self.c_pvram.setData(tm, m.process_vram / GIB)
-                top = max(top, float(m.vram_used[:, 0].max()))
-            self._set_range(self.p_mem, stepped_window(0.0, float(tm[-1]), 60), (0.0, nice_ceiling(1.05 * top / GIB)))
+            x = snap.rounds.seq.astype(float)
+            x_range = self._rounds_window(snap)
+        for s in spec.series:
+            y = s.y(snap)
+            if y is not None:
+                getattr(self, s.attr).setData(x, y)
+        for th in spec.thresholds:
+            line, value = getattr(self, th.attr), th.value(snap)
+            if value is None:
+                line.hide()
+            else:
+                line.setValue(value)
+                if th.hidden_at_first:
+                    line.show()
+        for mk in spec.marks:
+            xs, ys, tips = mk.spots(snap)
+            getattr(self, mk.attr).setData(xs, ys, data=tips)
+        self._set_range(plot, x_range, spec.y_range(snap))
 
     def _numbers_html(self, snap) -> str:
         a = snap.answer
@@ -434,8 +389,9 @@ class TelemetryPanel(QDockWidget):
         if show == self.memory_plot_shown:
             return
         if show:
-            self.plots.addItem(self.p_mem, row=4, col=0)
-            self._painted[self._groups.index(self._paint_memory)] = None  # repaint it with what it missed
+            row = self._plot_items.index(self.p_mem)
+            self.plots.addItem(self.p_mem, row=row, col=0)
+            self._painted[row] = None  # repaint it with what it missed
         else:
             self.plots.removeItem(self.p_mem)
 
