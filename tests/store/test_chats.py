@@ -177,6 +177,18 @@ def test_search_finds_a_chat_by_a_word_in_a_message(search_store, clock):
     assert len(s.list_chats("   ")) == 3
 
 
+def test_search_words_with_control_characters_or_lone_surrogates_still_search(search_store):
+    """Pasted text can hold a NUL or half a surrogate pair: FTS5 read a NUL as the end of its string
+    ("unterminated string") and SQLite cannot take a lone surrogate. They separate words instead."""
+    s = search_store
+    chat = s.create_chat("Sorting")
+    s.add_message(chat.id, "user", "sorting a linked list in python")
+    for query in ("sort\x00", "linked\x00list", "sort\ud800", "\x01python\x7f", "list \x00"):
+        assert titles(s.list_chats(query)) == ["Sorting"], query
+    assert s.list_chats("sort\x00quantum") == []  # still every word
+    assert titles(s.list_chats("\x00\ud800")) == ["Sorting"]  # nothing left to search: every chat
+
+
 def test_search_sees_edits_streamed_text_and_deletions(search_store):
     s = search_store
     chat = s.create_chat("Chat")

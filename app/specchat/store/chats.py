@@ -36,6 +36,14 @@ from .records import (
 log = logging.getLogger(__name__)
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # what FTS5's unicode61 tokenizer keeps as part of a token
+# What a search word can never hold: control characters (NUL ends an FTS5 string early: "unterminated
+# string") and lone surrogates (not UTF-8, so SQLite cannot take them). They separate words instead.
+_NOT_SEARCHABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def search_words(text: str) -> list[str]:
+    """The words of a search query, as :meth:`Store.list_chats` matches them."""
+    return _NOT_SEARCHABLE.sub(" ", text).split()
 
 
 class Store:
@@ -115,7 +123,7 @@ class Store:
         or for a query word made only of punctuation, any substring matches.
         """
         order = " ORDER BY c.updated_at DESC, c.id DESC"
-        terms = search.split()
+        terms = search_words(search)
         if not terms:
             rows = self.connection.execute("SELECT c.* FROM chats c" + order).fetchall()
             return [_chat(row) for row in rows]
