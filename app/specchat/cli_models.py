@@ -24,14 +24,14 @@ from specchat.models.catalog import (
     load_catalog,
     load_catalog_lenient,
 )
-from specchat.models.compatibility import check_pair
 from specchat.models.fit import GIB, estimate_files, fit_pair, free_memory
 from specchat.models.gguf_header import GGUFError, validate_file
 from specchat.models.registry import Registry
 
 
 def _is_local(ref: str) -> bool:
-    return Path(ref).exists() or not ref.endswith(".gguf") or ref.startswith((".", "/", "~"))
+    """A path on this machine, unless it has the hub's form (owner/repo/file.gguf) and no such path exists."""
+    return Path(ref).exists() or ref.startswith((".", "/", "~")) or not (ref.endswith(".gguf") and ref.count("/") >= 2)
 
 
 def _gb(n: int | None) -> str:
@@ -185,21 +185,28 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    fetched = None
-    try:
-        if _is_local(args.target) and _is_local(args.draft):
-            verdict = check_pair(args.target, args.draft)
-        else:
-            from specchat.models.remote import check_remote_pair
+    """Each reference is read where it is (a local file, or a hub file's header), so a problem names its file."""
+    from specchat.models.compatibility import TokenizerInfo, check_tokenizers
 
-            verdict, fetched = check_remote_pair(CatalogModel.parse(args.target).hub_file(),
-                                                 CatalogModel.parse(args.draft).hub_file(),
-                                                 cap_bytes=_header_cap(args))
+    fetched = 0
+
+    def tokenizer(ref: str) -> TokenizerInfo:
+        nonlocal fetched
+        if _is_local(ref):
+            return TokenizerInfo.from_file(ref)
+        from specchat.models.remote import read_remote_header
+
+        header, n = read_remote_header(CatalogModel.parse(ref).hub_file(), cap_bytes=_header_cap(args))
+        fetched += n
+        return TokenizerInfo.from_header(header)
+
+    try:
+        verdict = check_tokenizers(tokenizer(args.target), tokenizer(args.draft))
     except UserError as exc:  # an unreadable file, a bad reference, a hub or network problem
         raise CliError(str(exc)) from None
     if args.json:
-        doc = {"compatible": verdict.compatible, "reason": verdict.reason}
-        if fetched is not None:
+        doc: dict[str, object] = {"compatible": verdict.compatible, "reason": verdict.reason}
+        if not (_is_local(args.target) and _is_local(args.draft)):
             doc["bytes_read"] = fetched
         print(json.dumps(doc))
     else:

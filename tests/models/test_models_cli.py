@@ -315,3 +315,17 @@ def test_rebuild_drops_the_missing_and_the_broken_and_keeps_the_rest(tmp_path):
                                         "list", "--json"], capture_output=True, text=True, timeout=120,
                                        env=env).stdout)
     assert [Path(m["path"]).name for m in listed["installed"]] == ["m0.gguf"]
+
+
+def test_check_names_the_file_that_is_missing_whichever_side_and_mixes_a_local_file_with_a_hub_one(
+        small_hub, tmp_path):
+    """Each reference is read where it is: a missing local path is named (it used to make both
+    references hub ones, blaming the file that was there), and a local file checks against a hub file."""
+    local = tmp_path / "served" / "tiny.gguf"
+    for missing in ("missing.gguf", str(tmp_path / "gone.gguf"), "./gone.gguf"):
+        one_line_error(specchat("check", local, missing), 2, Path(missing).name, "no such file")
+        one_line_error(specchat("check", missing, local), 2, Path(missing).name, "no such file")
+    mixed = specchat("check", local, f"{REPO}/tiny.gguf", "--json")
+    assert mixed.returncode == 0, mixed.stderr
+    assert json.loads(mixed.stdout)["compatible"] is True and json.loads(mixed.stdout)["bytes_read"] > 0
+    one_line_error(specchat("check", f"{REPO}/absent.gguf", local), 2, "absent.gguf")
