@@ -7,11 +7,12 @@ import json
 import pytest
 from fake_openai_server import FakeServer, Script
 
+from specchat.backend import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason
 from specchat.engine.pair import CancelToken
 from specchat.engine.settings import SamplingSettings, StructuredOutput
 from specchat.remote.backend import RemoteBackend, RemoteConfig
-from specchat.remote.chat import ChatRequest, request_body
+from specchat.remote.chat import request_body
 from specchat.remote.client import Capabilities, Engine
 from specchat.remote.servers import ServerConfig
 
@@ -25,8 +26,8 @@ class NoKey:
         return ""
 
 
-def held(kind: str, text: str) -> ChatRequest:
-    return ChatRequest(HELLO, sampling=SamplingSettings(structured=StructuredOutput(kind, text)))
+def held(kind: str, text: str) -> AnswerRequest:
+    return AnswerRequest(HELLO, sampling=SamplingSettings(structured=StructuredOutput(kind, text)))
 
 
 def caps(engine: str) -> Capabilities:
@@ -37,7 +38,7 @@ def sent_body(server: FakeServer) -> dict:
     return [r for r in server.requests if r.path == "/v1/chat/completions"][-1].body
 
 
-def answer(server: FakeServer, request: ChatRequest) -> list:
+def answer(server: FakeServer, request: AnswerRequest) -> list:
     backend = RemoteBackend.connect(RemoteConfig(ServerConfig("fake", server.url)), keychain=NoKey())  # type: ignore[arg-type]
     try:
         return list(backend.answer(request, CancelToken()))
@@ -53,7 +54,7 @@ def test_llama_server_gets_its_own_json_schema_and_grammar_fields():
 
 
 def test_no_structured_output_sends_no_structured_field():
-    body = request_body(caps(Engine.VLLM), ChatRequest(HELLO))
+    body = request_body(caps(Engine.VLLM), AnswerRequest(HELLO))
     assert not {"json_schema", "grammar", "response_format", "structured_outputs", "ebnf"} & set(body)
 
 

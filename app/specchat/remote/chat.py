@@ -13,7 +13,8 @@ a local one.
   own summary (``--per-request-spec-decode-metrics``) replaces them at the end.
 - SGLang: the answer's ``sglext``/``meta_info`` summary at the end.
 - Reasoning (``reasoning_content``, or ``reasoning``) is passed on inside ``<think>`` tags,
-  so the same parser that splits a local model's ``<think>`` block splits it.
+  so the one split of every backend's stream (:func:`specchat.engine.phases.split_answer`,
+  applied by :class:`~.backend.RemoteBackend`) splits it as a local model's ``<think>`` block.
 
 Stop: a watcher thread shuts the socket down as soon as the cancel token is set, so even
 a server that stopped sending is left at once; the server sees the client go and stops
@@ -27,9 +28,10 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
+from specchat.backend import AnswerRequest
 from specchat.engine.events import (
     Done,
     Error,
@@ -42,7 +44,7 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG
-from specchat.engine.settings import Drafter, SamplingSettings, Structured, StructuredOutput
+from specchat.engine.settings import Drafter, Structured, StructuredOutput
 from specchat.metrics import Counts
 
 from .client import Capabilities, Engine, ServerClient, StreamedEvents
@@ -60,17 +62,7 @@ class Cancel(Protocol):
     def cancelled(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    messages: tuple[dict[str, str], ...]
-    sampling: SamplingSettings = SamplingSettings()
-    max_tokens: int = 1024
-    reasoning: bool | None = None
-    stop: tuple[str, ...] = ()
-    fresh_prompt: bool = False  # bench: no prompt cache, so prefill is measured as on a cold start
-
-
-def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
+def request_body(caps: Capabilities, req: AnswerRequest) -> dict[str, Any]:
     """The ``/v1/chat/completions`` body: the OpenAI fields every server takes, plus each engine's own."""
     s = req.sampling
     body: dict[str, Any] = {
@@ -127,7 +119,7 @@ def structured_fields(caps: Capabilities, structured: StructuredOutput) -> dict[
     raise ServerError("this server takes a JSON schema but no GBNF grammar: use a schema, or answer locally")
 
 
-def stream_answer(client: ServerClient, caps: Capabilities, req: ChatRequest, cancel: Cancel,
+def stream_answer(client: ServerClient, caps: Capabilities, req: AnswerRequest, cancel: Cancel,
                   *, mode: str = "", observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
     """The answer to ``req`` from the server, as engine events (see the module docstring).
     ``observe`` sees every chunk as the server sent it (after it parsed as an object)."""
