@@ -231,8 +231,10 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from specchat.backend import AnswerRequest
     from specchat.engine import Mode
-    from specchat.engine.reasoning import ReasoningParser
+    from specchat.engine.cancel import CancelToken
+    from specchat.engine.local import LocalBackend
 
     sampling = _sampling(args)
     messages = ([{"role": "system", "content": args.system}] if args.system else [])
@@ -244,7 +246,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         backend = remote_backend(args, args.server)
         try:
             print(f"[{backend.caps.describe()}]", file=sys.stderr, flush=True)
-            return _print_answer(server_events(backend, args, messages), ReasoningParser(False))
+            return _print_answer(server_events(backend, args, messages))
         finally:
             backend.close()
     pair = _load_pair(args)
@@ -252,13 +254,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         reasoning = None if args.reasoning is None else args.reasoning == "on"
         if reasoning is not None and not pair.chat_format.supports_reasoning_switch:
             print("note: this model's chat template has no reasoning switch; --reasoning ignored", file=sys.stderr)
-        prompt = pair.chat_prompt(messages, reasoning=reasoning)
-        return _print_answer(pair.generate(prompt.tokens, mode=Mode(args.mode), sampling=sampling,
-                                           max_tokens=args.max_tokens, stop=args.stop),
-                             ReasoningParser(prompt.starts_in_reasoning))
+        request = AnswerRequest(tuple(messages), mode=Mode(args.mode), sampling=sampling, max_tokens=args.max_tokens,
+                                reasoning=reasoning, stop=tuple(args.stop or ()))
+        return _print_answer(LocalBackend(pair).answer(request, CancelToken()))
 
 
-def _print_answer(events, parser) -> int:
+def _print_answer(events) -> int:
     """Stream an answer's events to the terminal (reasoning to stderr) and end with the stats line."""
     from specchat.engine import Done, Error, Fallback, TokensEmitted
 
@@ -266,15 +267,14 @@ def _print_answer(events, parser) -> int:
     in_reasoning_shown = False
     rc = 0
     for ev in events:
-        if isinstance(ev, TokensEmitted):
-            split = parser.feed(ev.text)
-            if split.reasoning:
+        if isinstance(ev, TokensEmitted):  # its text comes split into reasoning and answer
+            if ev.reasoning:
                 if not in_reasoning_shown:
                     print("[reasoning] ", end="", file=sys.stderr)
                     in_reasoning_shown = True
-                print(split.reasoning, end="", file=sys.stderr, flush=True)
-            if split.answer:
-                out.write(split.answer)
+                print(ev.reasoning, end="", file=sys.stderr, flush=True)
+            if ev.answer:
+                out.write(ev.answer)
                 out.flush()
         elif isinstance(ev, Fallback):
             print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
@@ -282,8 +282,6 @@ def _print_answer(events, parser) -> int:
             print(f"\nspecchat: {ev.message}", file=sys.stderr)
             rc = 1
         elif isinstance(ev, Done):
-            rest = parser.flush()
-            out.write(rest.answer)
             s = ev.stats
             print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s or 0:.0f} tok/s"
                   f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))

@@ -111,11 +111,11 @@ def remote_backend(args: argparse.Namespace, which: str):
 
 
 def server_events(backend, args: argparse.Namespace, messages: list[dict[str, str]], *, fresh: bool = False):
+    from specchat.backend import AnswerRequest
     from specchat.engine.pair import CancelToken
-    from specchat.remote.chat import ChatRequest
 
     reasoning = None if getattr(args, "reasoning", None) is None else args.reasoning == "on"
-    request = ChatRequest(messages=tuple(messages), sampling=args.sampling, max_tokens=args.max_tokens,
+    request = AnswerRequest(messages=tuple(messages), sampling=args.sampling, max_tokens=args.max_tokens,
                           reasoning=reasoning, stop=tuple(getattr(args, "stop", ()) or ()), fresh_prompt=fresh)
     return backend.answer(request, CancelToken())
 

@@ -1,11 +1,14 @@
-"""Rounds are filed under the reasoning block or the answer, from the text they emitted."""
+"""The text of an answer is split into reasoning and answer once, in the event stream; rounds are
+filed under the reasoning block or the answer, from the text they emitted."""
 
 from __future__ import annotations
 
 from specchat.engine.events import Done, GenerationStats, RoundStats, StopReason, TokenOrigin, TokensEmitted
-from specchat.engine.phases import PhaseTagger
+from specchat.engine.phases import PhaseTagger, split_answer
 from specchat.engine.settings import Drafter
 from specchat.metrics import PhaseSplit
+
+STATS = GenerationStats("draft")
 
 
 def _round(i: int, drafted: int, accepted: int, wall: float = 0.1) -> RoundStats:
@@ -69,3 +72,32 @@ def test_phase_split_round_trips_through_json_and_adds_up() -> None:
     split = tagger.split
     assert PhaseSplit.from_dict(split.to_dict()) == split
     assert (split + split).reasoning.drafted == 4 and PhaseSplit.from_dict(None) == PhaseSplit()
+
+
+def _split(events: list) -> tuple[str, str]:
+    chunks = [e for e in events if isinstance(e, TokensEmitted)]
+    return "".join(c.reasoning for c in chunks), "".join(c.answer for c in chunks)
+
+
+def test_the_stream_carries_its_text_split_with_tags_cut_across_chunks() -> None:
+    events = list(split_answer([_text("<thi"), _text("nk>let me"), _text(" see</th"), _round(0, 3, 2),
+                                _text("ink>The "), _text("answer <think> stays"), Done(StopReason.EOG, STATS)]))
+    assert _split(events) == ("let me see", "The answer <think> stays")  # one think block per answer
+    assert [e.text for e in events if isinstance(e, TokensEmitted)][0] == "<thi"  # the raw text is kept
+    assert isinstance(events[-1], Done) and events[-1].stats.phases.has_reasoning
+
+
+def test_a_template_that_opens_the_block_starts_the_stream_in_reasoning() -> None:
+    events = list(split_answer([_text("hmm"), _text("</think>Hi"), Done(StopReason.EOG, STATS)],
+                               starts_in_reasoning=True))
+    assert _split(events) == ("hmm", "Hi")
+
+
+def test_text_held_back_as_a_possible_tag_comes_before_done_when_the_answer_ends() -> None:
+    events = list(split_answer([_text("<think>cut off at </thi"), Done(StopReason.MAX_TOKENS, STATS)]))
+    assert _split(events) == ("cut off at </thi", "")
+    rest = events[-2]
+    assert isinstance(rest, TokensEmitted) and rest.token_ids == () and rest.reasoning == "</thi"
+    assert isinstance(events[-1], Done)
+    events = list(split_answer([_text("a < b"), _text(" and <"), Done(StopReason.EOG, STATS)]))
+    assert _split(events) == ("", "a < b and <")

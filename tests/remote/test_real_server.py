@@ -15,11 +15,11 @@ import time
 
 import pytest
 
+from specchat.backend import AnswerRequest
 from specchat.engine.events import Done, Error, RoundStats, StopReason, TokenOrigin, TokensEmitted
 from specchat.engine.pair import CancelToken
 from specchat.metrics import Counts
 from specchat.remote.backend import RemoteBackend, RemoteConfig
-from specchat.remote.chat import ChatRequest
 from specchat.remote.client import ServerClient
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import ManagedServer
@@ -52,7 +52,7 @@ def connect(url: str, key: str = "") -> RemoteBackend:
 
 
 def answer(backend: RemoteBackend, cancel=None, *, max_tokens=96, observe=None, messages=CODE):
-    return backend.answer(ChatRequest(messages, max_tokens=max_tokens), cancel or CancelToken(), observe=observe)
+    return backend.answer(AnswerRequest(messages, max_tokens=max_tokens), cancel or CancelToken(), observe=observe)
 
 
 def test_a_streamed_answer_carries_the_servers_rounds_and_its_draft_tokens(pair_server):

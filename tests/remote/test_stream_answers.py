@@ -9,11 +9,11 @@ import time
 import pytest
 from fake_openai_server import FakeServer, Script, wait_for
 
+from specchat.backend import AnswerRequest, Started
 from specchat.engine.events import Done, Error, Prefilled, RoundStats, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken
 from specchat.engine.reasoning import split_reasoning
 from specchat.remote.backend import RemoteBackend, RemoteConfig
-from specchat.remote.chat import ChatRequest
 from specchat.remote.errors import ServerError
 from specchat.remote.servers import ServerConfig
 
@@ -35,7 +35,10 @@ def connect(server: FakeServer, key: str = "", model: str = "") -> RemoteBackend
 
 
 def run(backend: RemoteBackend, cancel: CancelToken | None = None, **request) -> list:
-    return list(backend.answer(ChatRequest(HELLO, **request), cancel or CancelToken()))
+    """The answer's engine events, after the ``Started`` every backend's answer begins with."""
+    events = list(backend.answer(AnswerRequest(HELLO, **request), cancel or CancelToken()))
+    assert isinstance(events[0], Started) and events[0].prompt_tokens == 0
+    return events[1:]
 
 
 def text_of(events) -> str:

@@ -7,12 +7,14 @@ import json
 import pytest
 from fake_openai_server import FakeServer, Script
 
+from specchat.backend import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason
 from specchat.engine.pair import CancelToken
 from specchat.engine.settings import SamplingSettings, StructuredOutput
 from specchat.remote.backend import RemoteBackend, RemoteConfig
-from specchat.remote.chat import ChatRequest, request_body
-from specchat.remote.client import Capabilities, Engine
+from specchat.remote.chat import request_body
+from specchat.remote.client import Capabilities
+from specchat.remote.kinds import VLLM, LlamaServer, SGLang
 from specchat.remote.servers import ServerConfig
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
@@ -25,8 +27,8 @@ class NoKey:
         return ""
 
 
-def held(kind: str, text: str) -> ChatRequest:
-    return ChatRequest(HELLO, sampling=SamplingSettings(structured=StructuredOutput(kind, text)))
+def held(kind: str, text: str) -> AnswerRequest:
+    return AnswerRequest(HELLO, sampling=SamplingSettings(structured=StructuredOutput(kind, text)))
 
 
 def caps(engine: str) -> Capabilities:
@@ -37,7 +39,7 @@ def sent_body(server: FakeServer) -> dict:
     return [r for r in server.requests if r.path == "/v1/chat/completions"][-1].body
 
 
-def answer(server: FakeServer, request: ChatRequest) -> list:
+def answer(server: FakeServer, request: AnswerRequest) -> list:
     backend = RemoteBackend.connect(RemoteConfig(ServerConfig("fake", server.url)), keychain=NoKey())  # type: ignore[arg-type]
     try:
         return list(backend.answer(request, CancelToken()))
@@ -46,14 +48,14 @@ def answer(server: FakeServer, request: ChatRequest) -> list:
 
 
 def test_llama_server_gets_its_own_json_schema_and_grammar_fields():
-    body = request_body(caps(Engine.LLAMA), held("json_schema", json.dumps(SCHEMA)))
+    body = request_body(caps(LlamaServer.name), held("json_schema", json.dumps(SCHEMA)))
     assert body["json_schema"] == SCHEMA and "response_format" not in body
-    body = request_body(caps(Engine.LLAMA), held("grammar", GRAMMAR))
+    body = request_body(caps(LlamaServer.name), held("grammar", GRAMMAR))
     assert body["grammar"] == GRAMMAR and "json_schema" not in body
 
 
 def test_no_structured_output_sends_no_structured_field():
-    body = request_body(caps(Engine.VLLM), ChatRequest(HELLO))
+    body = request_body(caps(VLLM.name), AnswerRequest(HELLO))
     assert not {"json_schema", "grammar", "response_format", "structured_outputs", "ebnf"} & set(body)
 
 
@@ -76,7 +78,7 @@ def test_a_grammar_goes_to_vllm_as_structured_outputs_grammar():
 
 
 def test_a_grammar_goes_to_sglang_as_ebnf():
-    assert request_body(caps(Engine.SGLANG), held("grammar", GRAMMAR))["ebnf"] == GRAMMAR
+    assert request_body(caps(SGLang.name), held("grammar", GRAMMAR))["ebnf"] == GRAMMAR
 
 
 def test_a_server_that_takes_no_grammar_says_so_in_one_line_and_is_not_asked():

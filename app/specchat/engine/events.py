@@ -51,7 +51,11 @@ class TokensEmitted:
 
     token_ids: tuple[int, ...]
     origins: tuple[TokenOrigin, ...]
-    text: str  # the visible text these tokens completed (may be "" mid-UTF-8)
+    text: str  # the visible text these tokens completed (may be "" mid-UTF-8), <think> tags included
+    # ``text`` split once, by engine.phases (every backend's answer): what of it is answer and what
+    # reasoning, tags left out and a tag cut across chunks held back; both "" in the loop's raw events
+    answer: str = ""
+    reasoning: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,11 @@ class PairConfig:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     calibration_cache: Path | None = None
 
+    @property
+    def label(self) -> str:
+        """What the chat says while it loads: the target's file name."""
+        return self.target.name
+
 
 class SpeculativePair:
     def __init__(self, config: PairConfig, cancel: CancelToken | None = None) -> None:

@@ -1,21 +1,27 @@
-"""A server as a chat's backend: connect (probe), answer, close.
+"""A server as a chat's backend (a :class:`~specchat.backend.Backend`): connect (probe), answer, close.
 
 :class:`RemoteConfig` names what to connect to; it is frozen and compares by value like
 the engine's ``PairConfig``, so the answer service reloads only when a chat's backend
 really changed.  :class:`RemoteBackend` owns the HTTP client (and, for a managed
-llama-server, the server process) for as long as it is the loaded backend.
+llama-server, the server process) for as long as it is the loaded backend.  Its answers
+are the local backend's events: ``Started``, then the stream with its text split once
+(:func:`~specchat.engine.phases.split_answer`; a server's reasoning arrives inside
+``<think>`` tags, see :mod:`.chat`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specchat.engine.events import Event
+from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
+from specchat.engine.cancel import CancelToken
+from specchat.engine.events import Done
+from specchat.engine.phases import split_answer
 
-from .chat import Cancel, ChatRequest, stream_answer
+from .chat import Cancel, stream_answer
 from .client import Capabilities, ServerClient
 from .errors import ServerError
 from .servers import Keychain, ServerConfig
@@ -60,17 +66,28 @@ class RemoteConfig:
 class RemoteBackend:
     """A connected server: its capabilities, and answers as engine events."""
 
-    def __init__(self, client: ServerClient, caps: Capabilities, process: ManagedServer | None = None) -> None:
+    def __init__(self, client: ServerClient, caps: Capabilities, process: ManagedServer | None = None,
+                 label: str = "") -> None:
         self.client = client
         self.caps = caps
         self._process = process  # the ManagedServer this backend started and stops
+        self.label = label or client.where  # as the chat names it (RemoteConfig.label)
+
+    @classmethod
+    def open(cls, config: RemoteConfig, cancel: CancelToken) -> RemoteBackend:
+        """:meth:`connect`, as :func:`specchat.backends.open_backend` calls it (a probe is a few short GETs)."""
+        return cls.connect(config)
+
+    @property
+    def info(self) -> PairInfo:
+        return PairInfo.of_server(self, self.caps)
 
     @classmethod
     def connect(cls, config: RemoteConfig, keychain: Keychain | None = None) -> RemoteBackend:
         """Probe the server, after starting it when it is a managed one (ServerError, one line,
         when it cannot be used)."""
         if config.managed is not None:
-            return cls._start_managed(config.managed)
+            return cls._start_managed(config.managed, config.label)
         key = (keychain or Keychain()).get(config.server.name)
         client = ServerClient(config.server, key)
         try:
@@ -78,10 +95,10 @@ class RemoteBackend:
         except BaseException:
             client.close()
             raise
-        return cls(client, caps)
+        return cls(client, caps, label=config.label)
 
     @classmethod
-    def _start_managed(cls, spec: ManagedSpec) -> RemoteBackend:
+    def _start_managed(cls, spec: ManagedSpec, label: str) -> RemoteBackend:
         from specchat.profile import Profile
 
         from .llama_server import ManagedServer, find_llama_server
@@ -104,11 +121,19 @@ class RemoteBackend:
         except BaseException:
             process.stop()
             raise
-        return cls(client, caps, process)
+        return cls(client, caps, process, label)
 
-    def answer(self, request: ChatRequest, cancel: Cancel, *, mode: str = "",
-               observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
-        return stream_answer(self.client, self.caps, request, cancel, mode=mode or self.mode_label, observe=observe)
+    def answer(self, request: AnswerRequest, cancel: Cancel, *, mode: str = "",
+               observe: Callable[[dict], None] | None = None) -> Iterator[AnswerEvent]:
+        """``Started``, then the server's answer as engine events, its text split (``request.mode`` is
+        the local loop's: a server drafts as it was started).  ``observe`` sees every chunk as sent."""
+        yield Started(0, False)
+        structured = request.sampling.structured.kind
+        for ev in split_answer(stream_answer(self.client, self.caps, request, cancel, mode=mode or self.mode_label,
+                                             observe=observe)):
+            if isinstance(ev, Done) and structured:  # the server was held to the chat's schema or grammar
+                ev = replace(ev, stats=replace(ev.stats, structured=structured))
+            yield ev
 
     @property
     def mode_label(self) -> str:

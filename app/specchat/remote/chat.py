@@ -13,7 +13,8 @@ a local one.
   own summary (``--per-request-spec-decode-metrics``) replaces them at the end.
 - SGLang: the answer's ``sglext``/``meta_info`` summary at the end.
 - Reasoning (``reasoning_content``, or ``reasoning``) is passed on inside ``<think>`` tags,
-  so the same parser that splits a local model's ``<think>`` block splits it.
+  so the one split of every backend's stream (:func:`specchat.engine.phases.split_answer`,
+  applied by :class:`~.backend.RemoteBackend`) splits it as a local model's ``<think>`` block.
 
 Stop: a watcher thread shuts the socket down as soon as the cancel token is set, so even
 a server that stopped sending is left at once; the server sees the client go and stops
@@ -27,9 +28,10 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
+from specchat.backend import AnswerRequest
 from specchat.engine.events import (
     Done,
     Error,
@@ -42,11 +44,11 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG
-from specchat.engine.settings import Drafter, SamplingSettings, Structured, StructuredOutput
+from specchat.engine.settings import Drafter
 from specchat.metrics import Counts
 
-from .client import Capabilities, Engine, ServerClient, StreamedEvents
-from .counters import RequestSpec, SpecCounters, delta, sglang_request_spec, vllm_chunk_spec
+from .client import Capabilities, ServerClient, StreamedEvents
+from .counters import RequestSpec, SpecCounters, delta
 from .errors import ServerError
 from .rounds import RoundRebuilder, Timings
 
@@ -60,18 +62,10 @@ class Cancel(Protocol):
     def cancelled(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    messages: tuple[dict[str, str], ...]
-    sampling: SamplingSettings = SamplingSettings()
-    max_tokens: int = 1024
-    reasoning: bool | None = None
-    stop: tuple[str, ...] = ()
-    fresh_prompt: bool = False  # bench: no prompt cache, so prefill is measured as on a cold start
-
-
-def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
-    """The ``/v1/chat/completions`` body: the OpenAI fields every server takes, plus each engine's own."""
+def request_body(caps: Capabilities, req: AnswerRequest) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body: the OpenAI fields every server takes, plus its kind's own
+    (:mod:`.kinds`); :class:`ServerError` (one line) for a schema that is not JSON or a grammar the
+    server cannot take."""
     s = req.sampling
     body: dict[str, Any] = {
         "model": caps.model, "messages": [dict(m) for m in req.messages], "stream": True,
@@ -80,54 +74,13 @@ def request_body(caps: Capabilities, req: ChatRequest) -> dict[str, Any]:
     }
     if req.stop:
         body["stop"] = list(req.stop)
-    if caps.engine in (Engine.LLAMA, Engine.VLLM, Engine.SGLANG):
-        body["top_k"] = s.top_k if s.top_k > 0 else -1
-        body["min_p"] = s.min_p
-        if req.reasoning is not None:
-            body["chat_template_kwargs"] = {"enable_thinking": req.reasoning}
-    if caps.engine == Engine.LLAMA:
-        body["repeat_penalty"] = s.repeat_penalty
-        body["timings_per_token"] = True  # the running totals on every chunk: rounds rebuilt live
-        if req.fresh_prompt:
-            body["cache_prompt"] = False
-    elif caps.engine in (Engine.VLLM, Engine.SGLANG):
-        body["repetition_penalty"] = s.repeat_penalty
-    if caps.engine == Engine.SGLANG:
-        body["return_spec_tokens_details"] = True
+    caps.kind.body_extras(body, req)
     if s.structured.active:
-        body.update(structured_fields(caps, s.structured))
+        body.update(caps.kind.structured_fields(s.structured))
     return body
 
 
-def structured_fields(caps: Capabilities, structured: StructuredOutput) -> dict[str, Any]:
-    """The request fields that hold a server's answer to a JSON schema or a GBNF grammar.
-
-    - llama-server: its own ``json_schema`` (an object) or ``grammar`` (GBNF text) fields;
-    - vLLM, SGLang, OpenAI: a schema as OpenAI's ``response_format`` of type ``json_schema``;
-    - a grammar for vLLM goes in ``structured_outputs.grammar`` (vLLM >= 0.12; it replaced
-      ``guided_grammar``), for SGLang in ``ebnf``; other servers take no grammar.
-
-    :class:`ServerError` (one line) for a schema that is not JSON or a grammar the server cannot take.
-    """
-    if structured.kind == Structured.JSON_SCHEMA:
-        try:
-            schema = json.loads(structured.text)
-        except ValueError as exc:
-            raise ServerError(f"the JSON schema is not valid JSON: {exc}") from None
-        if caps.engine == Engine.LLAMA:
-            return {"json_schema": schema}
-        return {"response_format": {"type": "json_schema",
-                                    "json_schema": {"name": "answer", "schema": schema, "strict": True}}}
-    if caps.engine == Engine.LLAMA:
-        return {"grammar": structured.text}
-    if caps.engine == Engine.VLLM:
-        return {"structured_outputs": {"grammar": structured.text}}
-    if caps.engine == Engine.SGLANG:
-        return {"ebnf": structured.text}
-    raise ServerError("this server takes a JSON schema but no GBNF grammar: use a schema, or answer locally")
-
-
-def stream_answer(client: ServerClient, caps: Capabilities, req: ChatRequest, cancel: Cancel,
+def stream_answer(client: ServerClient, caps: Capabilities, req: AnswerRequest, cancel: Cancel,
                   *, mode: str = "", observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
     """The answer to ``req`` from the server, as engine events (see the module docstring).
     ``observe`` sees every chunk as the server sent it (after it parsed as an object)."""
@@ -202,7 +155,7 @@ class _Answer:
         self._counters_last: SpecCounters | None = None
         self.server_wide = SpecCounters()  # vLLM: the counter deltas seen while this answer streamed
         self._next_poll = 0.0
-        self.live_rounds_server_wide = caps.engine == Engine.VLLM and caps.metrics
+        self.live_rounds_server_wide = caps.kind.live_server_counters(caps.metrics)
         self.observe: Callable[[dict], None] | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -246,7 +199,7 @@ class _Answer:
                                            prefill_s=t.prompt_ms / 1e3)
         origins: tuple[TokenOrigin, ...] = ()
         rounds: list[RoundStats] = []
-        if t is not None and self.caps.engine == Engine.LLAMA:
+        if t is not None and self.caps.kind.per_round:
             origins, rounds = self.rebuilder.feed(t, self.caps.n_max)
         elif text:
             origins = (TokenOrigin.TARGET,)  # one token per chunk: what these servers stream by default
@@ -308,11 +261,7 @@ class _Answer:
 
     def _summaries(self, chunk: dict) -> None:
         """The answer's own speculation summary, in whichever chunk this server version puts it."""
-        found = None
-        if self.caps.engine == Engine.VLLM:
-            found = vllm_chunk_spec(chunk, self.where)
-        elif self.caps.engine == Engine.SGLANG and ("sglext" in chunk or "meta_info" in chunk):
-            found = sglang_request_spec(chunk if "sglext" in chunk else chunk.get("meta_info"), self.where)
+        found = self.caps.kind.summary(chunk, self.where)
         self.request_spec = found or self.request_spec
 
     # -- vLLM's server-wide counters --------------------------------------------------------
@@ -354,7 +303,7 @@ class _Answer:
 
     def done(self, reason: StopReason, message: str = "") -> Done:
         tokens = self.tokens
-        if self.usage_tokens is not None and self.caps.engine != Engine.LLAMA:
+        if self.usage_tokens is not None and not self.caps.kind.per_round:
             tokens = self.usage_tokens  # several tokens per chunk happen (stream intervals, held-back text)
         decode_s = (self.t_last - self.t_first) if self.t_first is not None and self.t_last is not None else 0.0
         counts = Counts.of_answer(tokens, decode_s, prompt_tokens=self.prompt.prompt_tokens,

@@ -1,15 +1,9 @@
 """HTTP to one server: requests with one error type, Server-Sent Events, and what the server can tell.
 
 Capabilities are read from what the server answers, never from a version number (field
-names moved during 2026):
-
-- llama-server: ``/health`` answers ``{"status": "ok"}``, ``/props`` has
-  ``default_generation_settings``/``build_info``, ``/slots`` says which slots draft,
-  ``/metrics`` (only with ``--metrics``) has the ``llamacpp:spec_decode_*`` counters;
-- vLLM: ``/v1/models`` entries are ``owned_by: "vllm"``, ``/metrics`` has the
-  ``vllm:spec_decode_*`` counters once a speculative config exists;
-- SGLang: ``/get_server_info`` answers, with its speculative settings;
-- anything else that lists ``/v1/models`` is an OpenAI-compatible server: tok/s only.
+names moved during 2026): the probe reads ``/health`` and ``/v1/models``, then tries the
+kinds of server of :data:`specchat.remote.kinds.KINDS` in order (llama-server, vLLM,
+SGLang, any OpenAI-compatible one); the kind that recognises the server says the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import httpx2
 
 from .counters import ServerMetrics, parse_dcgm, parse_metrics
 from .errors import ServerError
+from .kinds import Probe, Said, ServerKind, as_int, kind_named, recognise
 from .servers import ServerConfig
 
 MAX_JSON_BYTES = 8 << 20  # /props of a big model with its chat template is ~100 KB
@@ -33,18 +28,11 @@ CONNECT_S = 5.0
 READ_S = 120.0  # the longest a server may think before its next chunk (a long prefill on a big prompt)
 
 
-class Engine:
-    LLAMA = "llama.cpp"
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    OPENAI = "openai"
-
-
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What one server said about itself when SpecChat connected."""
 
-    engine: str
+    engine: str  # its kind's name (remote.kinds): "llama.cpp", "vllm", "sglang", "openai"
     models: tuple[str, ...]
     model: str  # the model chats ask for
     n_ctx: int | None = None
@@ -62,9 +50,14 @@ class Capabilities:
         return self.model.replace("\\", "/").rsplit("/", 1)[-1] if self.model.endswith(".gguf") else self.model
 
     @property
+    def kind(self) -> ServerKind:
+        """The kind of server (:mod:`.kinds`): what differs in its requests and answers."""
+        return kind_named(self.engine)
+
+    @property
     def per_round(self) -> bool:
         """Rounds rebuilt live from the stream (llama-server's running timings)."""
-        return self.engine == Engine.LLAMA
+        return self.kind.per_round
 
     def describe(self) -> str:
         spec = self.speculation or ("drafting" if self.speculative else
@@ -205,32 +198,15 @@ class ServerClient:
         model = self.server.model or models[0]
         if model not in models:
             raise ServerError(f"{self.where} does not serve model {model!r} (it serves: {', '.join(models[:8])})")
-        engine = Engine.OPENAI
-        props: Any = None
-        if "vllm" in owners:
-            engine = Engine.VLLM
-        elif "llamacpp" in owners or _is_llama_health(health):
-            engine = Engine.LLAMA
-        if engine in (Engine.OPENAI, Engine.LLAMA):
-            r = self.get("/props")
-            if r.status_code == 200:
-                with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
-                    props = json.loads(r.content.decode("utf-8"))
-                if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
-                    engine = Engine.LLAMA
-        if engine == Engine.OPENAI:
-            r = self.get("/get_server_info")
-            if r.status_code == 200:
-                engine = Engine.SGLANG
-                with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
-                    props = json.loads(r.content.decode("utf-8"))
+        probe = Probe(self, health, frozenset(owners))
+        kind, props = recognise(probe)
         counters = None
-        if engine != Engine.OPENAI:
+        if kind.metrics:
             try:
                 counters = self.metrics()
             except ServerError:
                 counters = None
-        caps = _describe(engine, models, model, ctx.get(model), props, counters, self)
+        caps = _describe(kind, probe, models, model, ctx.get(model), props, counters)
         if self.server.dcgm_url:
             try:
                 caps = _with(caps, vram=bool(self.gpu_memory()))
@@ -307,14 +283,6 @@ class StreamedEvents:
 # -- reading what a server says about itself ------------------------------------------------
 
 
-def _is_llama_health(r: httpx2.Response) -> bool:
-    try:
-        doc = json.loads(r.content.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return False
-    return isinstance(doc, dict) and doc.get("status") == "ok"
-
-
 def _models(doc: Any, where: str) -> tuple[tuple[str, ...], set[str], dict[str, int]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise ServerError(f"{where}: /v1/models is not an OpenAI model list")
@@ -332,64 +300,20 @@ def _models(doc: Any, where: str) -> tuple[tuple[str, ...], set[str], dict[str, 
             if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 31:
                 ctx[m["id"]] = v
         meta = m.get("meta")  # llama-server: the served context (n_ctx), not only the trained one
-        if isinstance(meta, dict) and _int(meta.get("n_ctx")) and m["id"] not in ctx:
+        if isinstance(meta, dict) and as_int(meta.get("n_ctx")) and m["id"] not in ctx:
             ctx[m["id"]] = meta["n_ctx"]
     return tuple(ids), owners, ctx
 
 
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
-
-
-def _describe(engine: str, models: tuple[str, ...], model: str, ctx: int | None, props: Any,
-              counters: ServerMetrics | None, client: ServerClient) -> Capabilities:
-    notes: list[str] = []
-    speculative: bool | None = None
-    speculation = ""
-    n_max: int | None = None
-    build = ""
-    if engine == Engine.LLAMA and isinstance(props, dict):
-        gen = props.get("default_generation_settings")
-        if isinstance(gen, dict):
-            ctx = _int(gen.get("n_ctx")) or ctx
-            params = gen.get("params")
-            n_max = _int(params.get("speculative.n_max")) if isinstance(params, dict) else None
-        info = props.get("build_info")
-        build = str(info)[:80] if isinstance(info, str | int) else ""
-        slots = client.get("/slots")
-        if slots.status_code == 200:
-            with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
-                doc = json.loads(slots.content.decode("utf-8"))
-                if isinstance(doc, list) and doc and all(isinstance(s, dict) for s in doc):
-                    flags = [s.get("speculative") for s in doc if isinstance(s.get("speculative"), bool)]
-                    speculative = any(flags) if flags else None
-                    first = doc[0].get("params")
-                    if isinstance(first, dict):
-                        n_max = _int(first.get("speculative.n_max")) or n_max
-                        types = first.get("speculative.types") or first.get("speculative.type")
-                        if isinstance(types, str | list):
-                            speculation = ",".join(types) if isinstance(types, list) else types
-        if speculative:
-            speculation = (speculation or "draft") + (f", up to {n_max} tokens" if n_max else "")
-        if not counters:
-            notes.append("server-wide counters: none (start llama-server with --metrics to cross-check)")
-    elif engine == Engine.VLLM:
-        speculative = bool(counters and counters.spec is not None) or None
-        speculation = "speculative config on (vLLM)" if speculative else ""
-        notes.append("live acceptance: vLLM's /metrics counters, which cover the whole server, not this chat")
-    elif engine == Engine.SGLANG and isinstance(props, dict):
-        algo = props.get("speculative_algorithm")
-        speculative = bool(algo) if algo is not None else None
-        n = _int(props.get("speculative_num_draft_tokens"))
-        n_max = n - 1 if n else None
-        speculation = f"{algo}, {n_max} draft tokens" if algo and n_max else str(algo or "")
-        notes.append("acceptance: SGLang reports it per answer, at the end")
-    elif engine == Engine.OPENAI:
-        notes.append("acceptance, draft length: this server does not report speculation (tok/s only)")
-    notes.append("GPU memory: servers do not report it; give the box's dcgm-exporter URL to see it")
-    return Capabilities(engine=engine, models=models, model=model, n_ctx=ctx, speculative=speculative,
-                        speculation=speculation, n_max=n_max, metrics=bool(counters and counters.spec is not None),
-                        build=build, notes=tuple(notes))
+def _describe(kind: ServerKind, probe: Probe, models: tuple[str, ...], model: str, ctx: int | None, props: Any,
+              counters: ServerMetrics | None) -> Capabilities:
+    said = Said(ctx)
+    kind.describe(said, props, counters, probe)
+    said.notes.append("GPU memory: servers do not report it; give the box's dcgm-exporter URL to see it")
+    return Capabilities(engine=kind.name, models=models, model=model, n_ctx=said.ctx, speculative=said.speculative,
+                        speculation=said.speculation, n_max=said.n_max,
+                        metrics=bool(counters and counters.spec is not None), build=said.build,
+                        notes=tuple(said.notes))
 
 
 def _with(caps: Capabilities, **changes: Any) -> Capabilities:

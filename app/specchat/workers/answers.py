@@ -1,7 +1,8 @@
 """Every answer's life, from request to Done, whether or not its chat is on screen.
 
 A :class:`LiveAnswer` is one answer: its chat, its request id, its message in the store
-and the writer that fills it, its reasoning parser and the text so far.  The
+and the writer that fills it, and the text so far (split into answer and reasoning by
+the backend's event stream: this only appends).  The
 :class:`AnswerService` owns all of them.  It is not a widget and holds no widget: views
 find an answer by its chat id and repaint when ``changed(chat_id)`` says so, so closing
 or switching a chat view can neither stop an answer nor leave it painting into a
@@ -23,15 +24,13 @@ from enum import StrEnum
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from specchat.backends import BackendConfig
 from specchat.engine import Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
-from specchat.engine.pair import PairConfig
-from specchat.engine.reasoning import ReasoningParser
-from specchat.remote.backend import RemoteConfig
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
 from specchat.telemetry import TelemetryRecorder
 
-from .generation import GenerationService, PairInfo, Started
+from .generation import GenerationService, PairInfo
 
 FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
 
@@ -63,7 +62,6 @@ class LiveAnswer:
         self.request_id = 0
         self.message_id: int | None = None
         self.writer: AnswerWriter | None = None
-        self.parser: ReasoningParser | None = None
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.segments: list[tuple[str, bool]] = []  # (answer text, from an accepted draft)
@@ -93,13 +91,13 @@ class AnswerService(QObject):
     finished = Signal(int, object)  # chat id, the final stored Message (None: nothing was stored)
     queueChanged = Signal()  # which chats are generating or waiting changed
     notice = Signal(object)  # AnswerNotice
-    pairLoading = Signal(str)  # the target's file name
+    pairLoading = Signal(str)  # what loads: the target's file name, or the server (its config's label)
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
     idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
 
     def __init__(self, store: Store, service: GenerationService,
-                 pair_config: Callable[[ChatSettings], PairConfig | RemoteConfig],
+                 pair_config: Callable[[ChatSettings], BackendConfig],
                  recorder: TelemetryRecorder | None = None, parent: QObject | None = None) -> None:
         """``pair_config`` turns a chat's settings into the pair to load, or the server to connect to;
         it raises ValueError (one line) when it cannot, e.g. a model file that is gone."""
@@ -110,8 +108,8 @@ class AnswerService(QObject):
         self._pair_config = pair_config
         self._queue: deque[LiveAnswer] = deque()
         self._current: LiveAnswer | None = None
-        self._loaded: PairConfig | RemoteConfig | None = None
-        self._loading: PairConfig | RemoteConfig | None = None
+        self._loaded: BackendConfig | None = None
+        self._loading: BackendConfig | None = None
         self.pair_info: PairInfo | None = None
         self._closed = False
         service.engineEvent.connect(self._on_event)
@@ -139,7 +137,7 @@ class AnswerService(QObject):
         return self._current
 
     @property
-    def loaded_pair(self) -> PairConfig | RemoteConfig | None:
+    def loaded_pair(self) -> BackendConfig | None:
         return self._loaded
 
     # -- requests ---------------------------------------------------------------------
@@ -198,19 +196,18 @@ class AnswerService(QObject):
         if live is not None:
             self.service.cancel()
             if live.writer is not None and not live.writer.finished:
-                self._close_parser(live)
                 live.writer.finish("stopped", None)
             if self.recorder is not None and live.request_id:
                 self.recorder.abandon(live.request_id)
 
     # -- the line -----------------------------------------------------------------------
 
-    def _load(self, config: PairConfig | RemoteConfig) -> None:
+    def _load(self, config: BackendConfig) -> None:
         if config == self._loaded or config == self._loading:
             return
         self._loading = config
         self.pair_info = None
-        self.pairLoading.emit(config.label if isinstance(config, RemoteConfig) else config.target.name)
+        self.pairLoading.emit(config.label)
         self.service.load(config)
 
     def _pump(self) -> None:
@@ -313,14 +310,8 @@ class AnswerService(QObject):
             return  # a stopped or abandoned request: stale results never reach the screen
         if self.recorder is not None:
             self.recorder.feed(rid, live.chat_id, ev)
-        if isinstance(ev, Started):
-            live.parser = ReasoningParser(ev.starts_in_reasoning)
-        elif isinstance(ev, TokensEmitted):
-            if live.parser is not None:
-                split = live.parser.feed(ev.text)
-                live.add(split.answer, split.reasoning, ev.origins)
-            else:
-                live.add(ev.text, "", ev.origins)
+        if isinstance(ev, TokensEmitted):
+            live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
         elif isinstance(ev, Fallback):
             self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
@@ -332,7 +323,6 @@ class AnswerService(QObject):
     def _finish(self, live: LiveAnswer, done: Done) -> None:
         self._current = None
         self._flush.stop()
-        self._close_parser(live)
         state = {"cancelled": "stopped", "error": "error"}.get(done.stop_reason.value, "done")
         stats = MessageStats.from_generation(done.stats, done.stop_reason.value,
                                              error=done.message if state == "error" else "")
@@ -340,12 +330,6 @@ class AnswerService(QObject):
         self.finished.emit(live.chat_id, stored)
         self.queueChanged.emit()
         self._pump()
-
-    def _close_parser(self, live: LiveAnswer) -> None:
-        if live.parser is not None:
-            rest = live.parser.flush()
-            live.parser = None
-            live.add(rest.answer, rest.reasoning)
 
     def _poll_writer(self) -> None:
         live = self._current

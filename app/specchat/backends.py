@@ -1,0 +1,46 @@
+"""The one factory of backends: a config in, an open :class:`~specchat.backend.Backend` out.
+
+Like qutebrowser's ``browsertab.create()``: callers (the generation thread, the CLI) never
+ask which kind of backend a config names.  :data:`OPENERS` maps each kind of config to the
+opener of its backend; a new backend is its own module (a class with ``open(config,
+cancel)``, ``info``, ``answer`` and ``close``) and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from specchat.backend import Backend
+from specchat.engine.cancel import CancelToken
+from specchat.engine.local import LocalBackend, PairFactory
+from specchat.engine.pair import PairConfig
+from specchat.remote.backend import RemoteBackend, RemoteConfig
+
+BackendConfig = PairConfig | RemoteConfig
+Opener = Callable[[Any, CancelToken], Backend]
+BackendFactory = Callable[[BackendConfig, CancelToken], Backend]
+
+OPENERS: Mapping[type, Opener] = {
+    PairConfig: LocalBackend.open,  # a pair of GGUF models, loaded here
+    RemoteConfig: RemoteBackend.open,  # a server (started first when SpecChat manages it)
+}
+
+
+def open_backend(config: BackendConfig, cancel: CancelToken, *, openers: Mapping[type, Opener] = OPENERS) -> Backend:
+    """Open the backend ``config`` names.  A :class:`~specchat.errors.UserError` (one line) when it
+    cannot be opened; :class:`~specchat.engine.runtime.LoadCancelled` when ``cancel`` gave it up."""
+    opener = openers.get(type(config))
+    if opener is None:
+        raise TypeError(f"no backend opens a {type(config).__name__}")
+    return opener(config, cancel)
+
+
+def backend_factory(pair_factory: PairFactory | None = None) -> BackendFactory:
+    """:func:`open_backend`, with local pairs made by ``pair_factory`` where one is given (the tests'
+    fake models)."""
+    if pair_factory is None:
+        return open_backend
+    openers: dict[type, Opener] = {**OPENERS, PairConfig: partial(LocalBackend.open, pair_factory=pair_factory)}
+    return partial(open_backend, openers=openers)

@@ -1,0 +1,92 @@
+"""A pair of local models as a :class:`~specchat.backend.Backend`.
+
+:meth:`LocalBackend.open` loads the pair from its GGUF files (through a pair factory:
+:func:`load_pair`, or the tests' fake); :meth:`LocalBackend.answer` renders the chat
+through the target's template and runs the generation loop, its text split once
+(:func:`~.phases.split_answer`).  Owned by the thread that opened it: llama.cpp
+contexts are not thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import cached_property
+
+from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
+from specchat.models.fit import estimate_files
+from specchat.models.gguf_header import GGUFError
+from specchat.pair_loading import fit_problem
+from specchat.telemetry.samplers import estimated_shares
+
+from .cancel import CancelToken
+from .chat import TemplateCancelled
+from .events import Done, GenerationStats, StopReason
+from .pair import PairConfig, SpeculativePair
+from .phases import split_answer
+from .runtime import LlamaError, LoadCancelled, backend_info
+
+PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
+
+
+def load_pair(config: PairConfig, cancel: CancelToken) -> SpeculativePair:
+    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated).
+
+    A pair that clearly cannot fit in free memory (the header-only estimate) is refused
+    with the reason before llama.cpp allocates anything.
+    """
+    problem = fit_problem(config)
+    if problem:
+        raise LlamaError(problem)
+    return SpeculativePair(config, cancel)
+
+
+class LocalBackend:
+    def __init__(self, pair: SpeculativePair) -> None:
+        self.pair = pair
+
+    @classmethod
+    def open(cls, config: PairConfig, cancel: CancelToken, *, pair_factory: PairFactory = load_pair) -> LocalBackend:
+        """Load the pair (:class:`LlamaError` when it cannot be; :class:`LoadCancelled` when ``cancel``
+        was set before it was ready: a load given up never reports a superseded pair)."""
+        backend = cls(pair_factory(config, cancel))
+        if cancel.cancelled:
+            backend.close()
+            raise LoadCancelled("the load was given up")
+        return backend
+
+    @cached_property
+    def info(self) -> PairInfo:
+        pair = self.pair
+        info = backend_info()
+        paths = [pair.config.target] + ([pair.config.draft] if pair.config.draft else [])
+        try:
+            on_gpu = info["backend"] != "CPU" and pair.config.target_options.n_gpu_layers != 0
+            shares = estimated_shares(estimate_files(paths, n_ctx=pair.target.n_ctx), on_gpu=on_gpu)
+        except (GGUFError, OSError):
+            shares = ()
+        return PairInfo(
+            target=pair.target.path.name, draft=pair.draft.path.name if pair.draft else None,
+            backend=info["backend"], n_ctx=pair.target.n_ctx,
+            supports_reasoning_switch=pair.chat_format.supports_reasoning_switch,
+            speculation_blocked=pair.speculation_blocked,
+            verify_ms={n: v * 1e3 for n, v in pair.costs.verify_s.items()},
+            draft_ms=pair.costs.draft_s["model"] * 1e3 if "model" in pair.costs.draft_s else None,
+            target_bytes=pair.target.size_bytes, draft_bytes=pair.draft.size_bytes if pair.draft else 0,
+            memory_shares=shares,
+        )
+
+    def answer(self, request: AnswerRequest, cancel: CancelToken) -> Iterator[AnswerEvent]:
+        """:class:`~specchat.engine.chat.TemplateError` (a UserError, one line naming the model) when the
+        template fails; the pair stays usable.  A stop while the template renders is ``Done(CANCELLED)``."""
+        try:
+            prompt = self.pair.chat_prompt(list(request.messages), reasoning=request.reasoning, cancel=cancel)
+        except TemplateCancelled:  # stopped (or the app closing) while the template rendered
+            yield Done(StopReason.CANCELLED, GenerationStats.empty())
+            return
+        yield Started(len(prompt.tokens), prompt.starts_in_reasoning)
+        yield from split_answer(self.pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
+                                                   max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),
+                                prompt.starts_in_reasoning)
+
+    def close(self) -> None:
+        self.pair.close()
