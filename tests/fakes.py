@@ -219,13 +219,17 @@ class FakePairFactory:
     def __init__(self, spec: FakeSpec = FakeSpec()) -> None:
         self.spec = spec
         self.loads: list[PairConfig] = []
+        self.pairs: list[SpeculativePair] = []  # what was built (read them only while the worker is idle)
         self._lock = threading.Lock()
 
     def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
         with self._lock:
             self.loads.append(config)
             spec = self.spec
-        return fake_pair(config, spec, cancel)
+        pair = fake_pair(config, spec, cancel)
+        with self._lock:
+            self.pairs.append(pair)
+        return pair
 
 
 def fake_pair_factory(spec: FakeSpec = FakeSpec()) -> Callable[[PairConfig, CancelToken], SpeculativePair]:

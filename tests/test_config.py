@@ -244,9 +244,10 @@ def _another_value(s):
 
 def test_a_change_names_exactly_the_keys_that_changed(tmp_path):
     c = AppConfig(tmp_path / "config.toml")
-    change = c.change_to(c.replaced({"theme": "dark", "n_ctx": 4096, "min_token_acceptance": 0.3}))
-    assert change.keys == {"theme", "min_token_acceptance"}  # n_ctx is 4096 already
-    assert change.old is c and change.new["theme"] == "dark" and change.reloads_pair
+    change = c.change_to(c.replaced({"theme": "dark", "n_ctx": 4096, "min_token_acceptance": 0.3, "k_max": 6}))
+    assert change.keys == {"theme", "min_token_acceptance", "k_max"}  # n_ctx is 4096 already
+    assert change.old is c and change.new["theme"] == "dark" and change.reloads_pair  # k_max: the calibration's sizes
+    assert not c.change_to(c.replaced({"min_token_acceptance": 0.3})).reloads_pair  # a live threshold
     assert not c.change_to(c.replaced({"theme": "dark"})).reloads_pair
     assert not c.change_to(c.replaced({"n_ctx": 4096}))  # nothing changed: no keys, false
 
@@ -267,7 +268,7 @@ def test_reloads_pair_is_declared_on_exactly_the_keys_the_pair_is_loaded_with(tm
     assert any(s.reloads_pair for s in SCHEMA) and not all(s.reloads_pair for s in SCHEMA)
     for s in SCHEMA:
         changed = base.replaced({s.key: _another_value(s)})
-        assert (pair_config(changed, profile, target, draft) != loaded) == s.reloads_pair, s.key
+        assert (pair_config(changed, profile, target, draft).opens != loaded.opens) == s.reloads_pair, s.key
         assert base.change_to(changed).reloads_pair == s.reloads_pair
 
 

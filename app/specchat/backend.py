@@ -19,7 +19,7 @@ from typing import Protocol
 
 from specchat.engine.cancel import CancelToken
 from specchat.engine.events import Event
-from specchat.engine.settings import Mode, SamplingSettings
+from specchat.engine.settings import ControllerSettings, Mode, SamplingSettings
 from specchat.remote.client import Capabilities
 from specchat.telemetry.samplers import MemoryShare
 
@@ -35,6 +35,9 @@ class AnswerRequest:
     reasoning: bool | None = None  # the template's reasoning switch; None: the model's default
     stop: tuple[str, ...] = ()
     fresh_prompt: bool = False  # bench on a server: no prompt cache, so prefill is measured as on a cold start
+    # local: the controller's live settings for this answer (the app's, as they are now); None: as loaded.
+    # A server drafts as it was started and ignores it.
+    controller: ControllerSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,8 +75,9 @@ class Setting:
     hi: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
-    # a change reloads the loaded pair: the key goes into how the pair is loaded (PairConfig: model
-    # options and the controller it is built with, or the managed server's command line)
+    # a change reloads the loaded pair: the key goes into how the pair is loaded (PairConfig.opens: model
+    # options and the controller's load fields, engine.settings.LOAD_FIELDS; or the managed server's
+    # command line). The controller's other keys are live: each answer brings them (no reload).
     reloads_pair: bool = False
 
     def check(self, value: object) -> object:
@@ -132,24 +133,20 @@ SCHEMA: tuple[Setting, ...] = (
                  "while llama.cpp keeps every core busy; 0: an equal share (from the next start)"),
     Setting("default_mode", "Default speculation for new chats", "auto",
             choices=MENU_NAMES, help=MODES_HELP),
-    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens",
-            reloads_pair=True),
+    Setting("k_min", "Shortest draft (K min)", _C.k_min, 1, 32, help="the controller never drafts fewer tokens"),
     Setting("k_max", "Longest draft (K max)", _C.k_max, 1, 32, help="the controller never drafts more tokens",
             reloads_pair=True),
     Setting("lookup_k_max", "Longest prompt-lookup draft", _C.lookup_k_max, 1, 32,
             help="prompt lookup drafts up to this many tokens where its match is long (a copy of the prompt)",
             reloads_pair=True),
     Setting("p_min", "Draft stops below this top probability", _C.p_min, 0.0, 1.0,
-            help="the draft stops proposing when its own top token is less likely than this", reloads_pair=True),
+            help="the draft stops proposing when its own top token is less likely than this"),
     Setting("min_token_acceptance", "Fall back below token acceptance", _C.min_token_acceptance, 0.0, 1.0,
-            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while",
-            reloads_pair=True),
+            help="below this share of drafted tokens accepted (rolling window), decode plainly for a while"),
     Setting("min_sequence_acceptance", "Fall back below sequence acceptance", _C.min_sequence_acceptance,
-            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while",
-            reloads_pair=True),
+            0.0, 1.0, help="below this share of drafts accepted whole (rolling window), decode plainly for a while"),
     Setting("fallback_warning_share", "Warn when fallback exceeds this share", _C.fallback_warning_share,
-            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding",
-            reloads_pair=True),
+            0.0, 1.0, help="a status-bar warning when this share of rounds fell back to plain decoding"),
     Setting("theme", "Theme", "system", choices=("system", "light", "dark"),
             help="system follows the desktop's light or dark scheme as it changes"),
     Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,

@@ -186,3 +186,27 @@ def test_only_a_setting_the_pair_is_loaded_with_reloads_the_pair(qtbot, fake_app
     assert len(loading) == 1  # reloaded at once (idle)
     qtbot.waitUntil(lambda: len(app.factory.loads) == loads + 1 and s.answers.pair_info is not None, timeout=5_000)
     assert app.factory.loads[-1].target_options.n_ctx == 2048
+
+
+def test_new_thresholds_take_effect_from_the_next_answer_without_a_reload(qtbot, fake_app):
+    """The controller's live settings (fallback thresholds, p_min, k_min) come with each answer: a
+    change in Settings loads nothing again, and the next answer runs with them."""
+    from app_driver import send, wait_idle
+
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    qtbot.waitUntil(lambda: s.answers.pair_info is not None, timeout=5_000)
+    loads = len(app.factory.loads)
+    loading: list[str] = []
+    s.answers.pairLoading.connect(loading.append)
+
+    _settings_ok(qtbot, s.window, min_token_acceptance=0.3, min_sequence_acceptance=0.85, p_min=0.4, k_min=2)
+    send(qtbot, s.window.pane, "hello")
+    wait_idle(qtbot, s)
+
+    assert loading == [] and len(app.factory.loads) == loads  # no reload, before or during the answer
+    tuned = app.factory.pairs[-1].controller.settings
+    assert (tuned.min_token_acceptance, tuned.min_sequence_acceptance, tuned.p_min, tuned.k_min) == (0.3, 0.85, 0.4, 2)
+    assert tuned.k_max == app.factory.loads[-1].controller.k_max  # what it was loaded with stays
+

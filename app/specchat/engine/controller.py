@@ -278,6 +278,12 @@ class DraftController:
             ),))
         return AnswerPlan(usable)
 
+    def retune(self, settings: ControllerSettings) -> None:
+        """Take ``settings``' live fields (thresholds, k_min, p_min, auto's margins) from the next
+        round on; what the pair was loaded with (:data:`~.settings.LOAD_FIELDS`) and everything
+        learned so far (acceptance windows, costs, run lengths) stay."""
+        self.settings = self.settings.with_live(settings)
+
     def draft_p_min(self, k: int) -> float:
         """``auto``'s confidence stop for a draft of up to k tokens, from this machine's costs.
 
@@ -316,7 +322,7 @@ class DraftController:
             a = self.windows[name].per_token_rate()
             k_hi = min(s.k_max, available[name])
             k, _ = self.costs.best_k(name, a, min(s.k_min, k_hi), k_hi)
-            return Plan(name, k)
+            return Plan(name, k, p_min=s.p_min)  # the setting's stop, as it is now (retune)
         allowed = MODE_DRAFTERS[mode]
         if mode is not Mode.AUTO and any(self._cooldown.get(d, 0) > 0 for d in allowed if d in available):
             return Plan(Drafter.NONE, 0, fallback=True)

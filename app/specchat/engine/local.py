@@ -83,6 +83,8 @@ class LocalBackend:
         except TemplateCancelled:  # stopped (or the app closing) while the template rendered
             yield Done(StopReason.CANCELLED, GenerationStats.empty())
             return
+        if request.controller is not None:
+            self.pair.retune(request.controller)
         yield Started(len(prompt.tokens), prompt.starts_in_reasoning)
         yield from split_answer(self.pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                                    max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),

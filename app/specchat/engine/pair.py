@@ -47,6 +47,12 @@ class PairConfig:
         """What the chat says while it loads: the target's file name."""
         return self.target.name
 
+    @property
+    def opens(self) -> PairConfig:
+        """What opening this pair depends on: configs that differ only in the controller's live
+        fields open the same pair (the live fields come with each answer: SpeculativePair.retune)."""
+        return replace(self, controller=self.controller.load_part())
+
 
 class SpeculativePair:
     def __init__(self, config: PairConfig, cancel: CancelToken | None = None) -> None:
@@ -126,6 +132,12 @@ class SpeculativePair:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def retune(self, controller: ControllerSettings) -> None:
+        """The controller's live settings (thresholds, k_min, p_min...) from the next answer on, with no
+        reload; what the pair was loaded with (K max, the lookup n-gram, the windows) stays."""
+        controller.validate()
+        self.controller.retune(controller)
 
     def chat_prompt(self, messages: list[dict[str, str]], *, reasoning: bool | None = None,
                     cancel: CancelToken | None = None) -> ChatPrompt:

@@ -7,7 +7,7 @@ same type) and re-exported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from specchat.modes import Drafter, Mode  # the names live in one leaf (specchat/modes.py)
 from specchat.sampling_settings import (
@@ -41,6 +41,18 @@ class ControllerSettings:
     min_gain: float = 1.05  # auto speculates only if it expects this speed-up (lookup mode: up to 1.0; 0: always)
     explore_z: float = 1.0  # auto plans with the acceptance estimate plus this many standard deviations
 
+    def load_part(self) -> ControllerSettings:
+        """Only what loading a pair depends on (:data:`LOAD_FIELDS`), the rest at its default: two
+        pair configs whose controllers differ in live fields alone load the same pair."""
+        return ControllerSettings(**{name: getattr(self, name) for name in LOAD_FIELDS})
+
+    def with_live(self, other: ControllerSettings) -> ControllerSettings:
+        """These settings with ``other``'s live fields (every field but :data:`LOAD_FIELDS`); k_min
+        never above this k_max."""
+        live = {f.name: getattr(other, f.name) for f in fields(self) if f.name not in LOAD_FIELDS}
+        live["k_min"] = min(live["k_min"], self.k_max)
+        return replace(self, **live)
+
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max <= 32:
             raise ValueError("need 1 <= k_min <= k_max <= 32")
@@ -49,3 +61,10 @@ class ControllerSettings:
         for name in ("p_min", "min_token_acceptance", "min_sequence_acceptance", "fallback_warning_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1]")
+
+
+# What a loaded pair is built with: the batch sizes its calibration measures (up to the larger K
+# max), the lookup drafter's n-gram and the acceptance windows' length. Every other field is live:
+# a change of it (in Settings) takes effect from the next answer, with no reload
+# (SpeculativePair.retune, from each answer's request).
+LOAD_FIELDS = frozenset({"k_max", "lookup_k_max", "lookup_ngram", "window_rounds"})

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
 from specchat.engine.cancel import CancelToken
@@ -55,6 +55,13 @@ class RemoteConfig:
     @classmethod
     def managed_server(cls, spec: ManagedSpec) -> RemoteConfig:
         return cls(ServerConfig(MANAGED, "http://127.0.0.1:0"), spec)
+
+    controller: ClassVar[None] = None  # a server drafts as it was started: no controller of ours
+
+    @property
+    def opens(self) -> RemoteConfig:
+        """What connecting depends on: all of it."""
+        return self
 
     @property
     def label(self) -> str:

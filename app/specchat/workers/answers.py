@@ -25,7 +25,7 @@ from enum import StrEnum
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specchat.backends import BackendConfig
-from specchat.engine import Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
+from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
 from specchat.telemetry import TelemetryRecorder
@@ -65,6 +65,7 @@ class LiveAnswer:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.segments: list[tuple[str, bool]] = []  # (answer text, from an accepted draft)
+        self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
 
     @property
     def content(self) -> str:
@@ -203,7 +204,7 @@ class AnswerService(QObject):
     # -- the line -----------------------------------------------------------------------
 
     def _load(self, config: BackendConfig) -> None:
-        if config == self._loaded or config == self._loading:
+        if _same(config, self._loaded) or _same(config, self._loading):
             return
         self._loading = config
         self.pair_info = None
@@ -225,7 +226,8 @@ class AnswerService(QObject):
             except ValueError as exc:
                 self._fail(live, str(exc))
                 continue
-            if config == self._loaded and self.pair_info is not None:
+            live.controller = config.controller
+            if _same(config, self._loaded) and self.pair_info is not None:
                 self._start(live)
             else:
                 live.phase = Phase.LOADING
@@ -252,6 +254,7 @@ class AnswerService(QObject):
             messages=messages, mode=mode,
             sampling=s.sampling,  # its sampling and its schema or grammar
             max_tokens=s.max_tokens,
+            controller=live.controller,  # the app's thresholds as they are now: a change needs no reload
             reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
         )
         if self.recorder is not None:
@@ -335,3 +338,8 @@ class AnswerService(QObject):
         live = self._current
         if live is not None and live.writer is not None:
             live.writer.poll()
+
+
+def _same(config: BackendConfig, other: BackendConfig | None) -> bool:
+    """Do the two open the same backend (a pair's controller thresholds travel with each answer)?"""
+    return other is not None and config.opens == other.opens
