@@ -33,6 +33,7 @@ from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.workers.tasks import TaskHandle, TaskRunner
 
 from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
@@ -40,6 +41,7 @@ from .hub_tab import HubSearchTab
 from .theme import current
 
 ROLE = Qt.ItemDataRole.UserRole
+READING = "reading the models' headers…"
 
 
 def fit_verdict(pair: CatalogPair, free_vram: int | None, free_ram: int) -> FitVerdict:
@@ -62,11 +64,13 @@ class ModelsDialog(QDialog):
     pairChosen = Signal(object, object)  # target Path, draft Path | None
 
     def __init__(self, registry: Registry, downloads: DownloadService, hub: HubTasks, parent=None, *,
-                 user_catalog: Path | None = None, cache_dir: Path | None = None) -> None:
+                 tasks: TaskRunner, user_catalog: Path | None = None, cache_dir: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 640)
         self.registry = registry
+        self.tasks = tasks  # reads the installed models' headers (the drafts' verdicts) off the GUI thread
+        self.drafts_read: TaskHandle | None = None
         self.downloads = downloads
         self.hub = hub
         self.flow = DownloadFlow(registry, downloads, hub, self)
@@ -196,7 +200,9 @@ class ModelsDialog(QDialog):
         self.catalog.setItem(row, 2, cell)
 
     def _cancel_tasks(self) -> None:
-        """The dialog closed: nothing it asked the hub for is worth finishing."""
+        """The dialog closed: nothing it asked the hub for, or is reading, is worth finishing."""
+        if self.drafts_read is not None:
+            self.drafts_read.cancel()
         self.hub.cancel(self._fit_task)
         self.search_tab.cancel_tasks()
         self.finder.cancel_tasks()
@@ -299,19 +305,35 @@ class ModelsDialog(QDialog):
             self.installed.setCurrentRow(0)
 
     def refresh_drafts(self) -> None:
+        """List the drafts for the chosen target with their verdicts.  The verdicts read GGUF headers
+        (each installed model's, a few MB of metadata): a task, "reading…" meanwhile."""
+        if self.drafts_read is not None:
+            self.drafts_read.cancel()
+            self.drafts_read = None
         self.drafts.clear()
         item = self.installed.currentItem()
         if item is None:
             return
+        self.drafts.addItem(QListWidgetItem(READING))
+        self.use_button.setEnabled(False)
+        path, target = self.registry.path, item.data(ROLE)
+        # its own Registry object: the task's thread shares no mutable object with this one
+        self.drafts_read = self.tasks.run_task(lambda task: Registry(path).drafts_for(target), name="drafts-for")
+        self.drafts_read.returned.connect(self._show_drafts)
+        self.drafts_read.failed.connect(self._drafts_failed)
+
+    def _drafts_failed(self, message: str, _cancelled: bool) -> None:
+        self.message.setText(message)
+        self._show_drafts([])
+
+    def _show_drafts(self, drafts: object) -> None:
+        self.drafts_read = None
+        self.drafts.clear()
+        self.use_button.setEnabled(True)
         none = QListWidgetItem("No draft (plain decoding, or prompt lookup)")
         none.setData(ROLE, None)
         self.drafts.addItem(none)
-        try:
-            drafts = self.registry.drafts_for(item.data(ROLE))
-        except (GGUFError, RegistryError) as exc:
-            self.message.setText(str(exc))
-            drafts = []
-        for model, verdict in drafts:
+        for model, verdict in drafts if isinstance(drafts, list) else []:
             entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
             entry.setData(ROLE, model.path if verdict else None)
             entry.setToolTip(verdict.reason)

@@ -27,6 +27,7 @@ from specchat.workers.answers import AnswerService
 from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
 from specchat.workers.hub_tasks import HubTasks
+from specchat.workers.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
 PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
@@ -48,6 +49,7 @@ class AppSession:
         self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice)
         self.downloads = DownloadService()
         self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
+        self.tasks = TaskRunner()  # the dialogs' local work: llama-server --help, GGUF headers
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
@@ -95,5 +97,6 @@ class AppSession:
         self.window.telemetry.sampler.close()
         self.downloads.shutdown()
         self.hub.shutdown()
+        self.tasks.shutdown()
         self.generation.shutdown()
         self.store.close()
