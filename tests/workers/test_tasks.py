@@ -41,10 +41,11 @@ def test_a_user_error_and_a_bug_each_become_one_line(qtbot, runner: TaskRunner) 
     def bug(task: TaskContext) -> object:
         return {}["missing"]
 
-    first, second = runner.run_task(bad_input), runner.run_task(bug)
+    first = runner.run_task(bad_input)
     with qtbot.waitSignal(first.failed, timeout=5_000) as a:
         pass
     assert a.args == ["org/repo: not found on the hub second line", False]
+    second = runner.run_task(bug)
     with qtbot.waitSignal(second.failed, timeout=5_000) as b:
         pass
     assert b.args[0].startswith("KeyError") and b.args[1] is False

@@ -104,9 +104,7 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.tabs)
         layout.addLayout(self._download_bar())
         self.refresh_installed()
-        self._fit_task: int | None = None
-        hub.done.connect(self._on_fits)
-        hub.failed.connect(self._on_fits_failed)
+        self._fit_task: TaskHandle | None = None
         if cache_dir is not None:
             self.read_catalog_headers(cache_dir)
         self.finished.connect(self._cancel_tasks)
@@ -175,24 +173,25 @@ class ModelsDialog(QDialog):
         installed = {m.source: Path(m.path) for m in self._installed_models() if m.source and m.is_current()}
         self._fit_task = HubCalls(self.hub).catalog_fits(pairs, free_vram=free_vram, free_ram=free_ram,
                                                          cache_dir=cache_dir, installed=installed)
+        self._fit_task.returned.connect(self._on_fits)
+        self._fit_task.failed.connect(self._on_fits_failed)
 
-    def _on_fits(self, task: int, result: object) -> None:
-        if task != self._fit_task or not isinstance(result, dict):
-            return
+    def _on_fits(self, result: object) -> None:
         self._fit_task = None
+        if not isinstance(result, dict):
+            return
         for row in range(self.catalog.rowCount()):
             name = self.catalog.item(row, 0)
             verdict = result.get(name.data(ROLE)) if name is not None else None
             if isinstance(verdict, FitVerdict):
                 self._set_fit(row, verdict)
 
-    def _on_fits_failed(self, task: int, message: str) -> None:
-        if task == self._fit_task:
-            self._fit_task = None
-            for row in range(self.catalog.rowCount()):
-                cell = self.catalog.item(row, 2)
-                if cell is not None:
-                    cell.setToolTip(f"{cell.toolTip()} (headers not read: {message})")
+    def _on_fits_failed(self, message: str, _cancelled: bool) -> None:
+        self._fit_task = None
+        for row in range(self.catalog.rowCount()):
+            cell = self.catalog.item(row, 2)
+            if cell is not None:
+                cell.setToolTip(f"{cell.toolTip()} (headers not read: {message})")
 
     def _set_fit(self, row: int, verdict: FitVerdict) -> None:
         cell = QTableWidgetItem(verdict.label + (" (from sizes)" if verdict.estimated else ""))
@@ -203,7 +202,8 @@ class ModelsDialog(QDialog):
         """The dialog closed: nothing it asked the hub for, or is reading, is worth finishing."""
         if self.drafts_read is not None:
             self.drafts_read.cancel()
-        self.hub.cancel(self._fit_task)
+        if self._fit_task is not None:
+            self._fit_task.cancel()
         self.search_tab.cancel_tasks()
         self.finder.cancel_tasks()
 
