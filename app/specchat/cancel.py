@@ -72,8 +72,8 @@ class CancelToken:
         if self._event.is_set():
             raise Cancelled(message)
 
-    def wait(self, seconds: float) -> bool:
-        """Block up to ``seconds`` or until cancelled; True if cancelled."""
+    def wait(self, seconds: float | None) -> bool:
+        """Block up to ``seconds`` (None: for ever) or until cancelled; True if cancelled."""
         return self._event.wait(seconds)
 
     def sleep(self, seconds: float) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx2
 
+from specchat.cancel import shut_socket
+
 from .counters import ServerMetrics, parse_dcgm, parse_metrics
 from .errors import ServerError
 from .servers import ServerConfig
@@ -272,8 +274,7 @@ class StreamedEvents:
     def stop(self) -> None:
         self.stopped = True
         if self._socket is not None:
-            with contextlib.suppress(OSError):
-                self._socket.shutdown(socket.SHUT_RDWR)
+            shut_socket(self._socket)
 
     def __iter__(self) -> Iterator[str]:
         data: list[str] = []
