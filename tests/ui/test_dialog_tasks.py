@@ -143,3 +143,18 @@ def test_a_closed_models_dialog_takes_no_late_headers(qtbot, fake_app, two_model
         pass  # the runner is past the read, and any signal it sent has had its turn
     qtbot.wait(50)
     assert shown == []
+
+
+def test_importing_reads_the_headers_as_a_task_and_lists_what_it_added(qtbot, fake_app, two_models,
+                                                                        tmp_path) -> None:  # noqa: ANN001
+    s = fake_app().start(qtbot)
+    dialog = s.window.models_dialog()
+    qtbot.addWidget(dialog)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
+    handle = dialog.import_paths([*two_models, junk])
+    assert handle is not None and "reading the headers" in dialog.message.text()
+    with qtbot.waitSignal(handle.finished, timeout=10_000):
+        pass
+    assert dialog.installed.count() == 2
+    assert "junk.gguf" in dialog.message.text() and dialog.message.text().count("\n") == 0

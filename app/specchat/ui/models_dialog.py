@@ -33,7 +33,7 @@ from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubCalls, HubTasks
-from specchat.workers.tasks import TaskHandle, TaskRunner
+from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
 from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
@@ -71,6 +71,7 @@ class ModelsDialog(QDialog):
         self.registry = registry
         self.tasks = tasks  # reads the installed models' headers (the drafts' verdicts) off the GUI thread
         self.drafts_read: TaskHandle | None = None
+        self.importing: TaskHandle | None = None
         self.downloads = downloads
         self.hub = hub
         self.flow = DownloadFlow(registry, downloads, hub, self)
@@ -346,16 +347,38 @@ class ModelsDialog(QDialog):
         paths, _ = QFileDialog.getOpenFileNames(self, "Import GGUF files", str(Path.home()), "GGUF models (*.gguf)")
         self.import_paths([Path(p) for p in paths])
 
-    def import_paths(self, paths: list[Path]) -> list[str]:
-        errors = []
-        for p in paths:
-            try:
-                self.registry.add(p)
-            except (GGUFError, RegistryError) as exc:
-                errors.append(str(exc))
-        self.message.setText("\n".join(errors))
+    def import_paths(self, paths: list[Path]) -> TaskHandle | None:
+        """Register ``paths``; adding one reads its GGUF header, so it runs as a task ("reading…"
+        meanwhile); what could not be added is said in one line each when it is done."""
+        if not paths:
+            return None
+        self.message.setText(f"reading the headers of {len(paths)} file(s)…")
+        registry_path = self.registry.path
+
+        def add_all(task: TaskContext) -> list[str]:
+            registry, errors = Registry(registry_path), []  # its own object: nothing shared with this thread
+            for p in paths:
+                task.raise_if_cancelled()
+                try:
+                    registry.add(p)
+                except (GGUFError, RegistryError) as exc:
+                    errors.append(str(exc))
+            return errors
+
+        self.importing = self.tasks.run_task(add_all, name="import")
+        self.importing.returned.connect(self._imported)
+        self.importing.failed.connect(self._import_failed)
+        return self.importing
+
+    def _imported(self, errors: object) -> None:
+        self.importing = None
+        self.message.setText("\n".join(errors) if isinstance(errors, list) else "")
         self.refresh_installed()
-        return errors
+
+    def _import_failed(self, message: str, _cancelled: bool) -> None:
+        self.importing = None
+        self.message.setText(message)
+        self.refresh_installed()
 
     def _find_for_installed(self) -> None:
         item = self.installed.currentItem()
