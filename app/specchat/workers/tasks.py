@@ -34,7 +34,6 @@ import functools
 import inspect
 import itertools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -139,13 +138,13 @@ class _Job:
 class _Worker(QObject):
     """Lives on the runner's thread; runs one job at a time."""
 
-    def __init__(self, closing: threading.Event) -> None:
+    def __init__(self, closing: CancelToken) -> None:
         super().__init__()
         self.closing = closing
 
     @Slot(object)
     def run(self, job: _Job) -> None:
-        if job.token.cancelled or self.closing.is_set():
+        if job.token.cancelled or self.closing.cancelled:
             job.failed("cancelled", True)
             return
         try:
@@ -192,7 +191,7 @@ class TaskRunner(QObject):
     def __init__(self, name: str = "specchat-tasks", parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(name)
-        self._closing = threading.Event()
+        self._closing = CancelToken()  # the runner's: set once by shutdown, no queued task starts after it
         self._thread = QThread()
         self._thread.setObjectName(name)
         self._worker = _Worker(self._closing)
@@ -224,7 +223,7 @@ class TaskRunner(QObject):
         if self._closed:
             return
         self._closed = True
-        self._closing.set()
+        self._closing.cancel()
         for handle in list(self._live):
             handle.cancel()
         self._live.clear()
