@@ -13,6 +13,7 @@ from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf
 
 import test_models
 from conftest import REPOS
+from specchat.cancel import CancelToken
 from specchat.models.catalog import CatalogModel, CatalogPair
 from specchat.models.draft_finder import family_of, find_drafts, target_entry
 from specchat.models.hub import DownloadCancelled
@@ -107,9 +108,21 @@ def test_a_local_target_and_a_cancel(family_hub, tmp_path):
     assert found[0].compatible and found[0].entry.repo_id == "fam/Fam-Coder-0.5B-Instruct-GGUF"
     assert found[0].source == "name"
 
-    calls = iter(range(100))
     with pytest.raises(DownloadCancelled):
-        find_drafts(local, catalog=[], should_cancel=lambda: next(calls) >= 3)
+        find_drafts(local, catalog=[], cancel=CancelledAtCheck(3))
+
+
+class CancelledAtCheck(CancelToken):
+    """A token that reads as cancelled from its ``n``-th look on: the cancel lands mid-search."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks = iter(range(100))
+        self.n = n
+
+    @property
+    def cancelled(self) -> bool:
+        return next(self.looks) >= self.n
 
 
 # --- the real models ------------------------------------------------------------------------------

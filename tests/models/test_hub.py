@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hub_server import COMMIT
 from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
 
 import test_models
+from specchat.cancel import CancelToken
 from specchat.models import hub as hub_module
 from specchat.models.compatibility import check_pair
 from specchat.models.hub import DownloadCancelled, DownloadError, HubFile, download_files
@@ -188,14 +190,21 @@ def test_cancel_raises_keeps_the_partial_file_and_a_later_call_resumes(hub, hub_
     release = hub.hold_next_get_after(4 * CHUNK)
     received = []
 
-    def should_cancel() -> bool:  # polled on every piece received (and every POLL_S while waiting)
-        return partial.exists() and partial.stat().st_size >= 3 * CHUNK
+    cancel = CancelToken()
 
+    def cancel_at_three_chunks() -> None:  # the hub holds at four, so this always comes first
+        while not (partial.exists() and partial.stat().st_size >= 3 * CHUNK) and not release.is_set():
+            time.sleep(0.01)
+        cancel.cancel()
+
+    watcher = threading.Thread(target=cancel_at_three_chunks, daemon=True)
+    watcher.start()
     try:
         with pytest.raises(DownloadCancelled) as cancelled:
-            download_files([file], should_cancel=should_cancel, progress=received.append, cache_dir=hf_cache)
+            download_files([file], cancel=cancel, progress=received.append, cache_dir=hf_cache)
     finally:
         release.set()
+        watcher.join(5)
 
     assert "cancelled" in one_line(cancelled) and "kept" in one_line(cancelled)
     assert received, "progress was reported before the cancel"

@@ -19,6 +19,7 @@ import pytest
 from hub_server import FAKE_SHA, REPO, HubServer, serve_small_files
 from huggingface_hub import hf_hub_url
 
+from specchat.cancel import CancelToken
 from specchat.models.catalog import CatalogError, CatalogModel
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadCancelled, DownloadError, DownloadProgress, HubFile, download_files
@@ -224,13 +225,13 @@ def test_a_server_that_ignores_range_on_resume_restarts_the_file_cleanly(small_h
     assert sha256_of(path) == served.sha256  # not the first MiB twice
 
 
-def _download_in_thread(files: list[HubFile], cache: Path, cancel: threading.Event,
+def _download_in_thread(files: list[HubFile], cache: Path, cancel: CancelToken,
                         progress=None) -> tuple[threading.Thread, list[BaseException]]:  # noqa: ANN001
     raised: list[BaseException] = []
 
     def run() -> None:
         try:
-            download_files(files, cache_dir=cache, should_cancel=cancel.is_set, progress=progress)
+            download_files(files, cache_dir=cache, cancel=cancel, progress=progress)
         except BaseException as exc:
             raised.append(exc)
 
@@ -252,13 +253,13 @@ def test_cancel_is_seen_while_the_server_sends_nothing(small_hub, cache, state):
         small_hub.hold_next_get_after(0)
     else:
         small_hub.hold_heads()
-    cancel = threading.Event()
+    cancel = CancelToken()
     thread, raised = _download_in_thread([HubFile(REPO, "two-mib.gguf")], cache, cancel)
     if state == "stalled GET":
         _wait_for(lambda: small_hub.gets(REPO, "two-mib.gguf"), "the GET reached the server")
     time.sleep(0.3)  # well into the silence (a held HEAD is not logged until it is answered)
 
-    cancel.set()
+    cancel.cancel()
     thread.join(timeout=2)
 
     assert not thread.is_alive(), f"cancel not seen within 2 s during a {state}"
@@ -273,11 +274,11 @@ def test_cancel_is_seen_while_a_large_file_is_hashed(small_hub, cache):
     with partial.open("wb") as f:
         f.truncate(served.size)  # complete, so the job goes straight to the sha256 check
     seen: list[DownloadProgress] = []
-    cancel = threading.Event()
+    cancel = CancelToken()
     thread, raised = _download_in_thread([HubFile(REPO, "sparse.gguf")], cache, cancel, progress=seen.append)
     _wait_for(lambda: any(p.stage == "verifying" for p in seen), "verifying reported")
 
-    cancel.set()
+    cancel.cancel()
     thread.join(timeout=2)
 
     assert not thread.is_alive(), "cancel not seen within 2 s while hashing"
@@ -295,12 +296,12 @@ def test_cancel_is_seen_while_another_process_holds_the_blob_lock(small_hub, cac
     other = filelock.FileLock(str(lock_path))  # another download of the same blob (the hf CLI, a second window)
     other.acquire()
     try:
-        cancel = threading.Event()
+        cancel = CancelToken()
         thread, raised = _download_in_thread([HubFile(REPO, "two-mib.gguf")], cache, cancel)
         _wait_for(lambda: any(r.method == "HEAD" for r in small_hub.requests), "the HEAD was answered")
         time.sleep(0.5)  # waiting for the lock now
 
-        cancel.set()
+        cancel.cancel()
         thread.join(timeout=2)
     finally:
         other.release()

@@ -9,6 +9,7 @@ import pytest
 from app_driver import FakeApp
 
 from fakes import FakePairFactory, FakeSpec
+from specchat.workers.tasks import TaskRunner
 
 
 @pytest.fixture
@@ -24,6 +25,14 @@ def fake_app(qtbot, tmp_path) -> Iterator[Callable[..., FakeApp]]:
     yield make
     for app in made:
         app.stop()
+
+
+@pytest.fixture
+def tasks(qtbot) -> Iterator[TaskRunner]:
+    """A task runner for a dialog built without a session (the session owns the app's)."""
+    runner = TaskRunner("specchat-test-tasks")
+    yield runner
+    runner.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from specchat.ui.settings_dialogs import ChatSettingsDialog
 SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})
 
 
-def open_dialog(qtbot, settings: ChatSettings | None = None) -> ChatSettingsDialog:
-    dialog = ChatSettingsDialog(settings or ChatSettings())
+def open_dialog(qtbot, tasks, settings: ChatSettings | None = None) -> ChatSettingsDialog:
+    dialog = ChatSettingsDialog(settings or ChatSettings(), tasks=tasks)
     qtbot.addWidget(dialog)
     return dialog
 
@@ -24,8 +24,8 @@ def choose(dialog: ChatSettingsDialog, kind: str, text: str) -> None:
     dialog.structured_text.setPlainText(text)
 
 
-def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, tmp_path):
-    dialog = open_dialog(qtbot)
+def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, tasks, tmp_path):
+    dialog = open_dialog(qtbot, tasks)
     choose(dialog, "json_schema", SCHEMA)
     dialog.accept()
     assert dialog.result() == ChatSettingsDialog.DialogCode.Accepted
@@ -35,13 +35,13 @@ def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, t
         chat = store.create_chat("t", new)
         again = store.get_chat(chat.id).settings
     assert again.sampling.structured == StructuredOutput("json_schema", SCHEMA)
-    reopened = open_dialog(qtbot, again)
+    reopened = open_dialog(qtbot, tasks, again)
     assert reopened.structured_kind.currentData() == "json_schema"
     assert reopened.structured_text.toPlainText() == SCHEMA and reopened.structured_text.isEnabled()
 
 
-def test_a_bad_grammar_stays_open_with_one_line_and_nothing_saved(qtbot):
-    dialog = open_dialog(qtbot)
+def test_a_bad_grammar_stays_open_with_one_line_and_nothing_saved(qtbot, tasks):
+    dialog = open_dialog(qtbot, tasks)
     choose(dialog, "grammar", 'root ::= ("yes" | "no"')
     dialog.accept()
     assert dialog.result() != ChatSettingsDialog.DialogCode.Accepted
@@ -50,8 +50,8 @@ def test_a_bad_grammar_stays_open_with_one_line_and_nothing_saved(qtbot):
     assert not dialog.structured_error.isHidden()
 
 
-def test_a_schema_that_is_not_json_or_not_supported_is_one_line(qtbot):
-    dialog = open_dialog(qtbot)
+def test_a_schema_that_is_not_json_or_not_supported_is_one_line(qtbot, tasks):
+    dialog = open_dialog(qtbot, tasks)
     for text, expected in (('{"type": "object",', "not valid JSON"),
                            ('{"type": "frobnicate"}', "not a schema llama.cpp can follow"),
                            ('{"type": "array", "minItems": 1000000000}', "out of range"),
@@ -62,8 +62,8 @@ def test_a_schema_that_is_not_json_or_not_supported_is_one_line(qtbot):
         assert expected in dialog.structured_error.text() and "\n" not in dialog.structured_error.text()
 
 
-def test_none_keeps_no_text_and_the_box_is_disabled(qtbot):
-    dialog = open_dialog(qtbot, ChatSettings(sampling=SamplingSettings(structured=StructuredOutput("grammar", 'root ::= "x"'))))
+def test_none_keeps_no_text_and_the_box_is_disabled(qtbot, tasks):
+    dialog = open_dialog(qtbot, tasks, ChatSettings(sampling=SamplingSettings(structured=StructuredOutput("grammar", 'root ::= "x"'))))
     dialog.structured_kind.setCurrentIndex(dialog.structured_kind.findData(""))
     assert not dialog.structured_text.isEnabled()
     dialog.accept()
@@ -72,8 +72,8 @@ def test_none_keeps_no_text_and_the_box_is_disabled(qtbot):
     assert new.sampling.structured == StructuredOutput("", "")
 
 
-def test_load_file_fills_the_box_and_a_bad_file_is_one_line(qtbot, tmp_path):
-    dialog = open_dialog(qtbot)
+def test_load_file_fills_the_box_and_a_bad_file_is_one_line(qtbot, tasks, tmp_path):
+    dialog = open_dialog(qtbot, tasks)
     choose(dialog, "grammar", "")
     good = tmp_path / "yes-no.gbnf"
     good.write_text('root ::= "yes" | "no"\n', encoding="utf-8")
@@ -88,11 +88,11 @@ def test_load_file_fills_the_box_and_a_bad_file_is_one_line(qtbot, tmp_path):
     assert "cannot read it" in dialog.structured_error.text()
 
 
-def test_screenshot_a_chat_with_a_json_schema(qtbot):
+def test_screenshot_a_chat_with_a_json_schema(qtbot, tasks):
     """docs/screenshot-structured-output.png: the dialog with a schema (SPECCHAT_SCREENSHOTS=1 writes it)."""
     from specchat.engine.suite import PERSON_SCHEMA
 
-    dialog = open_dialog(qtbot, ChatSettings(target=Path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+    dialog = open_dialog(qtbot, tasks, ChatSettings(target=Path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
                                              draft=Path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
                                              speculation="draft", task="json", sampling=SamplingSettings(structured=StructuredOutput(
                                                  "json_schema", json.dumps(json.loads(PERSON_SCHEMA), indent=2)))))

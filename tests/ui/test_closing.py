@@ -109,8 +109,7 @@ def test_closing_the_app_while_a_download_is_checked(qtbot, tmp_path, monkeypatc
         try:
             s = app.start(qtbot)
             stages: list[str] = []
-            s.downloads.progress.connect(lambda _job, p: stages.append(p.stage))
-            s.downloads.start([HubFile(REPO, "sparse.gguf")])
+            s.downloads.start([HubFile(REPO, "sparse.gguf")]).yielded.connect(lambda p: stages.append(p.stage))
             qtbot.waitUntil(lambda: "verifying" in stages, timeout=10_000)
             took = _close_timed(app)
         finally:

@@ -142,6 +142,7 @@ def test_models_dialog_lists_refused_drafts_with_the_reason(qtbot, fake_app, qwe
     dialog.tabs.setCurrentIndex(1)
     rows = [dialog.installed.item(i).data(Qt.ItemDataRole.UserRole) for i in range(dialog.installed.count())]
     dialog.installed.setCurrentRow(rows.index(str(qwen_target.resolve())))
+    qtbot.waitUntil(lambda: dialog.drafts_read is None, timeout=30_000)  # the headers are read as a task
     texts = [dialog.drafts.item(i).text() for i in range(dialog.drafts.count())]
     assert any(t.startswith("✓") and "0.5B" in t for t in texts)
     refused = [dialog.drafts.item(i) for i in range(dialog.drafts.count()) if dialog.drafts.item(i).text()[0] == "✗"]

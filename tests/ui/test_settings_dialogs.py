@@ -75,9 +75,9 @@ def test_saving_over_a_config_damaged_on_disk_keeps_it_aside_and_says_so(qtbot, 
     assert AppConfig(path)["k_max"] == 5
 
 
-def test_chat_settings_offers_the_servers_and_disables_what_the_server_decides(qtbot):
+def test_chat_settings_offers_the_servers_and_disables_what_the_server_decides(qtbot, tasks):
     dialog = ChatSettingsDialog(ChatSettings(target=Path("t.gguf"), draft=Path("d.gguf"), speculation="draft"),
-                                servers=("gpu-box", "lab"))
+                                servers=("gpu-box", "lab"), tasks=tasks)
     qtbot.addWidget(dialog)
     dialog.show()
     combo = dialog.backend
@@ -90,15 +90,15 @@ def test_chat_settings_offers_the_servers_and_disables_what_the_server_decides(q
     assert chosen.backend == "lab" and chosen.speculation == "draft" and chosen.target == Path("t.gguf")
 
 
-def test_a_chat_whose_server_was_removed_keeps_naming_it(qtbot):
-    dialog = ChatSettingsDialog(ChatSettings(backend="gone"), servers=("gpu-box",))
+def test_a_chat_whose_server_was_removed_keeps_naming_it(qtbot, tasks):
+    dialog = ChatSettingsDialog(ChatSettings(backend="gone"), servers=("gpu-box",), tasks=tasks)
     qtbot.addWidget(dialog)
     assert dialog.backend.currentData() == "gone" and "not in Settings" in dialog.backend.currentText()
     assert dialog.result_settings().backend == "gone"
 
 
 def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_models_can_use(
-        qtbot, tmp_path, monkeypatch):
+        qtbot, tmp_path, monkeypatch, tasks):
     """The managed backend lists the --spec-type values of the llama-server found on PATH (its real
     help text), usable ones enabled, the others greyed out with why (no MTP layers, no EAGLE3 head)."""
     import os
@@ -116,9 +116,10 @@ def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_mod
     binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     settings = ChatSettings(target=tmp_path / "t.gguf", draft=tmp_path / "d.gguf", server_spec_type="draft-mtp")
-    d = ChatSettingsDialog(settings)
+    d = ChatSettingsDialog(settings, tasks=tasks)
     qtbot.addWidget(d)
     d.backend.setCurrentIndex(d.backend.findData(MANAGED))
+    qtbot.waitUntil(lambda: d.spec_types_check is None, timeout=10_000)  # its --help ran as a task
     kinds = {d.spec_type.itemData(i): d.spec_type.model().item(i).isEnabled() for i in range(d.spec_type.count())}
     assert kinds["draft-simple"] and kinds["ngram-mod"] and kinds["none"]
     assert not kinds["draft-mtp"] and not kinds["draft-eagle3"]

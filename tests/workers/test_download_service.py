@@ -59,14 +59,14 @@ def test_shutdown_during_a_stalled_download_returns_within_2_s(qtbot, small_hub,
 
 def test_cancel_during_a_stalled_download_reports_cancelled_and_keeps_the_partial_file(qtbot, small_hub, service):
     small_hub.hold_next_get_after(1 << 20)  # the first MiB, then silence
-    service.start([HubFile(REPO, "two-mib.gguf")])
+    job = service.start([HubFile(REPO, "two-mib.gguf")])
     qtbot.waitUntil(lambda: small_hub.sent(REPO, "two-mib.gguf") >= 1 << 20, timeout=10_000)
     time.sleep(0.3)  # the client has written what arrived
 
-    with qtbot.waitSignal(service.failed, timeout=int(SHUTDOWN_BOUND_S * 1000)) as failed:
+    with qtbot.waitSignal(job.failed, timeout=int(SHUTDOWN_BOUND_S * 1000)) as failed:
         service.cancel()
 
-    _job, message, cancelled = failed.args
+    message, cancelled = failed.args
     assert cancelled and "cancelled" in message and "kept" in message
     (partial,) = _partials()
     assert partial.stat().st_size == 1 << 20  # the resume starts here
@@ -87,8 +87,7 @@ def test_shutdown_while_hashing_a_large_file_returns_within_2_s(qtbot, small_hub
     with (blobs / f"{FAKE_SHA}.incomplete").open("wb") as f:
         f.truncate(size)  # a complete 4 GiB partial file (sparse): the job goes straight to hashing it
     seen: list[DownloadProgress] = []
-    service.progress.connect(lambda _job, p: seen.append(p))
-    service.start([HubFile(REPO, "sparse.gguf")])
+    service.start([HubFile(REPO, "sparse.gguf")]).yielded.connect(seen.append)
     qtbot.waitUntil(lambda: any(p.stage == "verifying" for p in seen), timeout=10_000)
 
     assert _timed_shutdown(service) < SHUTDOWN_BOUND_S

@@ -1,19 +1,8 @@
-"""A cancel flag any thread may set; the engine's loops check it between steps."""
+"""The engine's cancel flag: the app's one cancel design, :mod:`specchat.cancel` (re-exported here
+so the engine's callers keep importing it from the engine)."""
 
 from __future__ import annotations
 
-import threading
+from specchat.cancel import Cancelled, CancelToken
 
-
-class CancelToken:
-    """Set from any thread; the engine checks it between rounds."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
+__all__ = ["CancelToken", "Cancelled"]

@@ -14,7 +14,7 @@ small JSON file per hub file, written atomically, so the dialog costs the networ
 
 A pair whose header cannot be read (offline, gated, a slow hub, a bad file) keeps the size
 estimate of :func:`fit.fit_sizes`, marked ``estimated`` and with the reason at the end of its
-summary.  The whole call is bounded by ``deadline_s``; ``should_cancel`` is polled between
+summary.  The whole call is bounded by ``deadline_s``; ``cancel`` is looked at between
 files (DownloadCancelled).
 """
 
@@ -25,10 +25,11 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
+from specchat.cancel import CancelToken
 from specchat.files import read_capped, write_text_atomically
 
 from .catalog import CatalogModel, CatalogPair
@@ -66,7 +67,7 @@ def catalog_fits(
     n_ctx: int = 4096,
     cache_dir: Path,
     token: str | None = None,
-    should_cancel: Callable[[], bool] | None = None,
+    cancel: CancelToken | None = None,
     installed: Mapping[str, Path] | None = None,
     deadline_s: float = CATALOG_FIT_DEADLINE_S,
 ) -> dict[str, FitVerdict]:
@@ -79,7 +80,7 @@ def catalog_fits(
         files = pair.files()
         models, problem = [], ""
         for i, m in enumerate(files):
-            if should_cancel is not None and should_cancel():
+            if cancel is not None and cancel.cancelled:
                 raise DownloadCancelled("fit check cancelled")
             try:
                 facts = _facts(m, cache_dir, token, have.get(m.ref), end)

@@ -28,7 +28,7 @@ Ranking.  Compatible drafts first, nearest to 10x first (by the log of the ratio
 are equally far); then the refused ones, with their reason, in the same order.
 
 Bounds.  At most ``max_repos`` repos are listed and ``limit_checks`` headers checked; the
-whole search stops at ``deadline_s`` (what is left is listed as not checked); ``should_cancel``
+whole search stops at ``deadline_s`` (what is left is listed as not checked); ``cancel``
 is polled between hub calls (DownloadCancelled).
 """
 
@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from specchat.cancel import CancelToken
 
 from .catalog import CatalogPair
 from .compatibility import TokenizerInfo
@@ -90,7 +92,7 @@ def find_drafts(
     limit_checks: int = 12,
     max_repos: int = MAX_REPOS,
     deadline_s: float = FINDER_DEADLINE_S,
-    should_cancel: Callable[[], bool] | None = None,
+    cancel: CancelToken | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[DraftCandidate]:
     """Drafts for ``target``, compatible ones first (see the module docstring for the rules).
@@ -100,7 +102,7 @@ def find_drafts(
     end = time.monotonic() + deadline_s
 
     def check_cancel() -> None:
-        if should_cancel is not None and should_cancel():
+        if cancel is not None and cancel.cancelled:
             raise DownloadCancelled("draft search cancelled")
 
     t = _local_target(Path(target)) if isinstance(target, Path) else _hub_target(target, token)

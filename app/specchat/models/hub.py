@@ -19,8 +19,9 @@ the other's partial file).  Once the bytes are complete and their sha256 checks 
 file is renamed to ``blobs/<etag>`` and linked as ``snapshots/<commit>/<filename>``, the
 way ``hf_hub_download`` links it.
 
-Cancel and stalls.  The blocking network calls (the HEAD, the GET and its body reads)
-run in a short-lived daemon thread that hands the body over in small pieces through a
+Cancel and stalls.  ``cancel`` is the app's one :class:`~specchat.cancel.CancelToken`.  The
+blocking network calls (the HEAD through :func:`specchat.cancel.call_cancellable`, the GET and
+its body reads) run in a short-lived daemon thread that hands the body over in small pieces through a
 bounded queue; the job's own thread waits on that queue at most :data:`POLL_S` at a
 time, so a cancel is seen within about a quarter of a second in every state (planning,
 waiting for another process's lock, a server that sends nothing, hashing), and a server
@@ -48,7 +49,6 @@ import os
 import queue
 import re
 import shutil
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -84,6 +84,7 @@ from huggingface_hub.file_download import (
 )
 from huggingface_hub.utils import WeakFileLock, build_hf_headers, get_session, hf_raise_for_status
 
+from specchat.cancel import Cancelled, CancelToken, DeadlinePassed, call_cancellable, start_daemon
 from specchat.errors import UserError
 
 from .hub_names import HubNameError, check_commit, check_etag, check_filename, check_repo_id, check_revision
@@ -152,7 +153,7 @@ class DownloadError(UserError):
     """A download failed for a reason the user can act on; the message is one line for the user."""
 
 
-class DownloadCancelled(DownloadError):
+class DownloadCancelled(DownloadError, Cancelled):
     """The user cancelled; the partial file stays in the cache and the next call resumes it."""
 
 
@@ -160,7 +161,7 @@ def download_files(
     files: Sequence[HubFile],
     *,
     progress: Callable[[DownloadProgress], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
+    cancel: CancelToken | None = None,
     cache_dir: Path | None = None,
     token: str | None = None,
     stall_timeout_s: float | None = None,
@@ -170,7 +171,7 @@ def download_files(
     Files already in the cache are reused without transferring a byte; partial files left
     by an earlier cancelled or interrupted call are resumed.  Before any byte moves, every
     file's size and etag are asked from the hub and the job is refused if the cache's disk
-    lacks the bytes still missing.  ``should_cancel`` is polled at least every
+    lacks the bytes still missing.  ``cancel`` is looked at least every
     :data:`POLL_S` seconds in every state (and on every piece of body received);
     ``progress`` gets at most ~10 calls a second plus one at the start and end of each
     file.  A server that sends nothing for ``stall_timeout_s`` (default
@@ -180,15 +181,15 @@ def download_files(
     """
     cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
     stall = float(stall_timeout_s if stall_timeout_s is not None else constants.HF_HUB_DOWNLOAD_TIMEOUT)
-    cancel = _Cancel(should_cancel)
+    job_cancel = _Cancel(cancel)
     current: HubFile | None = files[0] if files else None
     try:
         plans = []
         for file in files:
             current = file
-            plans.append(_plan(file, cache, token, cancel))
+            plans.append(_plan(file, cache, token, job_cancel))
         _check_free_space(plans, cache)
-        job = _Job(plans, progress, cancel)
+        job = _Job(plans, progress, job_cancel)
         paths = []
         for index, plan in enumerate(plans):
             current = plan.file
@@ -215,55 +216,37 @@ def download_files(
 
 
 class _Cancel:
-    """The job's cancel flag, checked with one message; ``kept`` says what stays for a resume."""
+    """The job's cancel token, checked with one message; ``kept`` says what stays for a resume."""
 
-    def __init__(self, should_cancel: Callable[[], bool] | None) -> None:
-        self.should_cancel = should_cancel
+    def __init__(self, token: CancelToken | None) -> None:
+        self.token = token
 
     def check(self, kept: str = "") -> None:
-        if self.should_cancel is not None and self.should_cancel():
+        if self.token is not None and self.token.cancelled:
             raise DownloadCancelled(f"download cancelled{kept}; it resumes where it stopped")
 
     def sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
+        if self.token is None:
+            time.sleep(seconds)
+        elif self.token.wait(seconds):
             self.check()
-            time.sleep(min(POLL_S, left))
 
 
-def in_background(call: Callable[[], _T], should_cancel: Callable[[], bool] | None, deadline_s: float,
-                  what: str) -> _T:
-    """``call()`` (a blocking hub request) in a daemon thread, while the caller polls
-    ``should_cancel`` (DownloadCancelled) and the deadline (DownloadError naming ``what``)
-    every POLL_S.  What ``call`` raises is raised here.  On cancel or deadline the thread
+def in_background(call: Callable[[], _T], cancel: CancelToken | None, deadline_s: float, what: str) -> _T:
+    """``call()`` (a blocking hub request) on a helper thread (:func:`specchat.cancel.call_cancellable`)
+    while the caller polls ``cancel`` (DownloadCancelled) and the deadline (DownloadError naming
+    ``what``) every POLL_S.  What ``call`` raises is raised here.  On cancel or deadline the helper
     is left to end on its own timeouts (it must hold no file).
     """
-    return _in_background(call, _Cancel(should_cancel), deadline_s, what)
+    return _in_background(call, _Cancel(cancel), deadline_s, what)
 
 
 def _in_background(call: Callable[[], _T], cancel: _Cancel, deadline_s: float, what: str) -> _T:
-    box: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=1)
-
-    def run() -> None:
-        try:
-            box.put((True, call()))
-        except BaseException as exc:  # handed to the caller, raised there
-            box.put((False, exc))
-
-    threading.Thread(target=run, name="specchat-hub-request", daemon=True).start()
-    end = time.monotonic() + deadline_s
-    while True:
-        cancel.check()
-        try:
-            ok, value = box.get(timeout=POLL_S)
-        except queue.Empty:
-            if time.monotonic() > end:
-                raise DownloadError(f"{what}: the hub did not answer within {deadline_s:g} s; try again") from None
-            continue
-        if ok:
-            return value  # type: ignore[return-value]  # what call() returned
-        assert isinstance(value, BaseException)
-        raise value
+    try:
+        return call_cancellable(call, cancel.token, deadline_s=deadline_s, poll_s=POLL_S,
+                                name="specchat-hub-request", on_cancel=cancel.check)
+    except DeadlinePassed:
+        raise DownloadError(f"{what}: the hub did not answer within {deadline_s:g} s; try again") from None
 
 
 # --- planning: what is there, what is missing --------------------------------------------------
@@ -414,11 +397,11 @@ class _Body:
 
     def __init__(self, url: str, headers: dict[str, str], stall_s: float) -> None:
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=_QUEUED_PIECES)
-        self._stop = threading.Event()
+        self._stop = CancelToken()  # the reader's: set by close()
         self.stall_s = stall_s
         timeout = httpx2.Timeout(stall_s + 1.0)  # the job's own stall check comes first
         args = (url, headers, timeout)
-        threading.Thread(target=self._read, args=args, name="specchat-download-body", daemon=True).start()
+        start_daemon(self._read, *args, name="specchat-download-body")
 
     def _read(self, url: str, headers: dict[str, str], timeout: httpx2.Timeout) -> None:
         try:
@@ -427,7 +410,7 @@ class _Body:
                 raise_for_error_status(response)
                 self._put("head", response)
                 for piece in response.iter_raw():  # as sent: identity was asked, the hash checks it
-                    if self._stop.is_set():
+                    if self._stop.cancelled:
                         return
                     if piece:
                         self._put("data", piece)
@@ -436,7 +419,7 @@ class _Body:
             self._put("error", exc)
 
     def _put(self, kind: str, value: object) -> None:
-        while not self._stop.is_set():
+        while not self._stop.cancelled:
             try:
                 self._queue.put((kind, value), timeout=POLL_S)
                 return
@@ -462,7 +445,7 @@ class _Body:
             return kind, value
 
     def close(self) -> None:
-        self._stop.set()
+        self._stop.cancel()
 
 
 def _open_partial(path: Path) -> BinaryIO:
@@ -665,7 +648,11 @@ class _Job:
         self.cancel.check(kept)
 
     def sleep(self, seconds: float) -> None:
-        self.cancel.sleep(seconds)
+        try:
+            self.cancel.sleep(seconds)
+        except DownloadCancelled:
+            self.check_cancel()  # the same message, with what is kept
+            raise
 
     def _emit(self, force: bool = False, stage: str = "downloading", verified: int = 0) -> None:
         now = time.monotonic()

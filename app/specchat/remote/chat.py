@@ -16,8 +16,9 @@ a local one.
   so the one split of every backend's stream (:func:`specchat.engine.phases.split_answer`,
   applied by :class:`~.backend.RemoteBackend`) splits it as a local model's ``<think>`` block.
 
-Stop: a watcher thread shuts the socket down as soon as the cancel token is set, so even
-a server that stopped sending is left at once; the server sees the client go and stops
+Stop: the stream is a close-on-cancel closer of the token (``CancelToken.closing``): the
+cancel shuts its socket down, so even a server that stopped sending is left at once (no
+watcher thread polls the token); the server sees the client go and stops
 generating.  Every failure after the first token keeps what was streamed: ``Error`` then
 ``Done(ERROR)`` carrying the counts so far.
 """
@@ -25,13 +26,13 @@ generating.  Every failure after the first token keeps what was streamed: ``Erro
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from specchat.backend import AnswerRequest
+from specchat.cancel import CancelToken
 from specchat.engine.events import (
     Done,
     Error,
@@ -53,13 +54,10 @@ from .errors import ServerError
 from .rounds import RoundRebuilder, Timings
 
 POLL_S = 0.5  # vLLM's counters move every scheduler step; twice a second is live enough and cheap
-WATCH_S = 0.05  # how soon a Stop reaches the socket
 MAX_CHUNKS = 1 << 20  # far beyond any max_tokens a chat asks for
 
 
-class Cancel(Protocol):
-    @property
-    def cancelled(self) -> bool: ...
+Cancel = CancelToken  # the app's one cancel token; a cancel also stops the stream (a close-on-cancel closer)
 
 
 def request_body(caps: Capabilities, req: AnswerRequest) -> dict[str, Any]:
@@ -87,12 +85,9 @@ def stream_answer(client: ServerClient, caps: Capabilities, req: AnswerRequest, 
     answer = _Answer(client, caps, mode or caps.engine)
     answer.observe = observe
     try:
-        with client.stream_events("/v1/chat/completions", request_body(caps, req)) as events:
-            watcher = _Watcher(events, cancel)
-            try:
-                yield from answer.read(events, cancel)
-            finally:
-                watcher.end()
+        with client.stream_events("/v1/chat/completions", request_body(caps, req)) as events, \
+                cancel.closing(events.stop):  # a cancel shuts the socket down: a blocked read returns at once
+            yield from answer.read(events, cancel)
     except ServerError as exc:
         if cancel.cancelled:
             yield answer.done(StopReason.CANCELLED)
@@ -113,26 +108,6 @@ def stream_answer(client: ServerClient, caps: Capabilities, req: AnswerRequest, 
 
 def _stop_reason(finish: str) -> StopReason:
     return {"length": StopReason.MAX_TOKENS, "stop": StopReason.EOG}.get(finish, StopReason.EOG)
-
-
-class _Watcher:
-    """Shuts the stream's socket down when the cancel token is set (from a thread of its own)."""
-
-    def __init__(self, events: StreamedEvents, cancel: Cancel) -> None:
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(events, cancel), name="specchat-stop-watch",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, events: StreamedEvents, cancel: Cancel) -> None:
-        while not self._done.wait(WATCH_S):
-            if cancel.cancelled:
-                events.stop()
-                return
-
-    def end(self) -> None:
-        self._done.set()
-        self._thread.join()
 
 
 class _Answer:

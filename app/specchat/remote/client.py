@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx2
 
+from specchat.cancel import shut_socket
+
 from .counters import ServerMetrics, parse_dcgm, parse_metrics
 from .errors import ServerError
 from .kinds import Probe, Said, ServerKind, as_int, kind_named, recognise
@@ -248,8 +250,7 @@ class StreamedEvents:
     def stop(self) -> None:
         self.stopped = True
         if self._socket is not None:
-            with contextlib.suppress(OSError):
-                self._socket.shutdown(socket.SHUT_RDWR)
+            shut_socket(self._socket)
 
     def __iter__(self) -> Iterator[str]:
         data: list[str] = []

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from specchat.cancel import CancelToken, start_daemon
 from specchat.errors import one_line
 from specchat.files import write_text_atomically
 from specchat.remote.build import ACCELS, cached_build, default_build_root
@@ -174,8 +175,7 @@ def _run_capped(cmd: list[str], timeout_s: float, cap: int, path: Path) -> tuple
                 chunks.append(chunk[: cap - size])
                 size += len(chunks[-1])
 
-    reader = threading.Thread(target=read, name="llama-server --help", daemon=True)
-    reader.start()
+    reader = start_daemon(read, name="llama-server --help")
     try:
         rc = proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -260,7 +260,7 @@ class ManagedServer:
         self._port: int | None = None
         self._url: str | None = None
         self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+        self._stopping = CancelToken()  # the owner's stop(): the supervisor ends the process and itself
         self._started = threading.Event()
         self._start_error: str | None = None
         self._stop_timeout = 10.0
@@ -361,16 +361,14 @@ class ManagedServer:
         except OSError as e:
             raise ServerError(f"llama-server: cannot write to {self.log_dir}: {e.strerror or e}; "
                               "check the directory") from None
-        self._stopping = threading.Event()
+        self._stopping = CancelToken()  # the owner's stop(): the supervisor ends the process and itself
         self._started = threading.Event()
         self._start_error = None
         self.last_error = None
-        thread = threading.Thread(target=self._run, args=(help_, float(timeout_s)),
-                                  name=f"llama-server {self.target.name}", daemon=True)
-        with self._lock:
-            self._thread = thread
         atexit.register(self.stop)
-        thread.start()
+        with self._lock:  # the supervisor's first step waits for this lock: it sees its own thread here
+            thread = self._thread = start_daemon(self._run, help_, float(timeout_s),
+                                                 name=f"llama-server {self.target.name}")
         # The supervisor's start is bounded by timeout_s (plus a stop's wait); this only guards
         # against a callback that never returns.
         if not self._started.wait(timeout_s + self._stop_timeout + 30):
@@ -391,7 +389,7 @@ class ManagedServer:
         if thread is None:
             return
         self._stop_timeout = max(0.0, float(timeout_s))
-        self._stopping.set()
+        self._stopping.cancel()
         if thread is threading.current_thread():  # stop() from on_state: the supervisor ends after it
             return
         thread.join(self._stop_timeout + 10)
@@ -465,7 +463,7 @@ class ManagedServer:
                     self.last_error = (f"llama-server for {self.target.name} crashed {MAX_RESTARTS + 1} times "
                                        f"in {RESTART_WINDOW_S:.0f} s; last: {detail}; see {self.log_path}")
                     self._set_state("failed", self.last_error)
-                    self._stopping.wait()  # nothing runs; the owner's stop() ends this thread
+                    self._stopping.wait(None)  # nothing runs; the owner's stop() ends this thread
                     return
                 restarts.append(now)
                 self._set_state("restarting", f"restart {len(restarts)} of {MAX_RESTARTS} "
@@ -482,7 +480,7 @@ class ManagedServer:
 
     def _launch(self, help_: ServerHelp, port: int, deadline: float, timeout_s: float) -> None:
         """Start one process on ``port`` and wait for ``/health``; on any failure it is ended."""
-        if self._stopping.is_set():
+        if self._stopping.cancelled:
             raise _Stopping
         cmd = self.command(port, help_)
         proc = self._spawn(cmd)
@@ -523,7 +521,7 @@ class ManagedServer:
         last = "no answer"
         with httpx2.Client(timeout=httpx2.Timeout(2.0, connect=0.5), trust_env=False) as client:
             while True:
-                if self._stopping.is_set():
+                if self._stopping.cancelled:
                     raise _Stopping
                 status = None
                 try:

@@ -28,7 +28,6 @@ from specchat.workers.answers import AnswerNotice, AnswerService, LiveAnswer, Ph
 from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .message_widget import MessageWidget
-from .settings_dialogs import ChatSettingsDialog
 from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
@@ -90,7 +89,6 @@ class ChatPane(QWidget):
         self.header = ChatHeader()
         self.header.changed.connect(lambda change: self.update_settings(**change))
         self.header.pairRequested.connect(self.pairRequested)
-        self.header.settingsRequested.connect(self.edit_chat_settings)
         self.conversation = ConversationView()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
@@ -167,15 +165,6 @@ class ChatPane(QWidget):
         if s.target:
             pair = f"{s.target.name}" + (f"  +  {s.draft.name}" if s.draft else "  (no draft)")
         self.header.show_settings(s.speculation, s.reasoning, s.sampling.temperature, pair)
-
-    def edit_chat_settings(self) -> None:
-        if self.chat_id is None:
-            return
-        dialog = ChatSettingsDialog(self.settings(), self)
-        if dialog.exec():
-            new = dialog.result_settings()
-            self.store.update_settings(self.chat_id, new)
-            self.show_settings(new)
 
     # -- sending and stopping ---------------------------------------------------------------
 

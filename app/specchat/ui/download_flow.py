@@ -21,6 +21,7 @@ from specchat.models.hub import DownloadProgress, HubFile, human_bytes
 from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.workers.tasks import TaskHandle
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,9 @@ class DownloadFlow(QObject):
         super().__init__(parent)
         self.registry, self.downloads, self.hub = registry, downloads, hub
         self.job: DownloadJob | None = None
-        self._check: int | None = None
-        self._download: int | None = None
+        self._check: TaskHandle | None = None
+        self._download: TaskHandle | None = None
         self._checked = ""  # what the header check found, said again when the download ends
-        downloads.progress.connect(self._on_progress)
-        downloads.finished.connect(self._on_finished)
-        downloads.failed.connect(self._on_failed)
-        hub.done.connect(self._on_checked)
-        hub.failed.connect(self._on_check_failed)
 
     @property
     def active(self) -> bool:
@@ -68,19 +64,21 @@ class DownloadFlow(QObject):
         target, draft = job.check
         self.message.emit(f"Checking that {job.name}'s draft shares the target's tokenizer (headers only)…")
         self._check = HubCalls(self.hub).check_pair(target, draft)
+        self._check.returned.connect(self._on_checked)
+        self._check.failed.connect(self._on_check_failed)
         return True
 
     def cancel(self) -> None:
         if self._check is not None:
-            self.hub.cancel(self._check)
+            self._check.cancel()
             self._end("Cancelled before the download started.")
         elif self._download is not None:
             self.downloads.cancel()
 
     # -- the steps -----------------------------------------------------------------------------
 
-    def _on_checked(self, task: int, result: object) -> None:
-        if task != self._check or self.job is None:
+    def _on_checked(self, result: object) -> None:
+        if self.job is None:
             return
         self._check = None
         if not (isinstance(result, tuple) and isinstance(result[0], PairCompatibility)):
@@ -93,25 +91,25 @@ class DownloadFlow(QObject):
         self._checked = f"Headers checked ({human_bytes(fetched)} read): the draft shares the target's tokenizer."
         self._fetch()
 
-    def _on_check_failed(self, task: int, message: str) -> None:
-        if task == self._check:
-            self._end(f"Not downloaded: {message}")
+    def _on_check_failed(self, message: str, _cancelled: bool) -> None:
+        self._end(f"Not downloaded: {message}")
 
     def _fetch(self) -> None:
         assert self.job is not None
         self._download = self.downloads.start(list(self.job.files))
+        self._download.yielded.connect(self._on_progress)
+        self._download.returned.connect(self._on_finished)
+        self._download.failed.connect(self._on_failed)
         self.message.emit(f"Starting {self.job.name}…")
 
-    def _on_progress(self, job: int, p: DownloadProgress) -> None:
-        if job != self._download:
-            return
+    def _on_progress(self, p: DownloadProgress) -> None:
         self.progress.emit(int(1000 * p.done_bytes / p.total_bytes) if p.total_bytes else 0)
         eta = "" if p.eta_s is None else f", {p.eta_s:.0f} s left"
         self.message.emit(f"{p.filename} ({p.file_index + 1}/{p.file_count}): {human_bytes(p.done_bytes)} of "
                           f"{human_bytes(p.total_bytes)} at {human_bytes(p.rate_bytes_s)}/s{eta}")
 
-    def _on_finished(self, job: int, paths: list[Path]) -> None:
-        if job != self._download or self.job is None:
+    def _on_finished(self, paths: list[Path]) -> None:
+        if self.job is None:
             return
         done = self.job
         registered: list[Path] = []
@@ -126,9 +124,8 @@ class DownloadFlow(QObject):
         if done.then is not None:
             done.then(registered)
 
-    def _on_failed(self, job: int, message: str, cancelled: bool) -> None:
-        if job == self._download:
-            self._end(("Cancelled; the next download resumes. " if cancelled else "") + message)
+    def _on_failed(self, message: str, cancelled: bool) -> None:
+        self._end(("Cancelled; the next download resumes. " if cancelled else "") + message)
 
     def _end(self, text: str) -> None:
         self.job = None

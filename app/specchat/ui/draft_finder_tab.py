@@ -32,6 +32,7 @@ from specchat.models.draft_finder import DraftCandidate
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
 from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.workers.tasks import TaskHandle
 
 ROLE = Qt.ItemDataRole.UserRole
 SOURCE_TEXT = {"base_model": "base model tag", "organisation": "same organisation", "name": "name pattern",
@@ -50,7 +51,7 @@ class DraftFinderTab(QWidget):
         self.hub = hub
         self.catalog = catalog
         self.target: GGUFEntry | Path | None = None
-        self._task: int | None = None
+        self._task: TaskHandle | None = None
         self.candidates: list[DraftCandidate] = []
         v = QVBoxLayout(self)
         ask = QHBoxLayout()
@@ -87,8 +88,6 @@ class DraftFinderTab(QWidget):
         self.use_button.clicked.connect(self._use)
         row.addWidget(self.use_button)
         v.addLayout(row)
-        hub.done.connect(self._on_done)
-        hub.failed.connect(self._on_failed)
         self._update_button()
 
     def find_typed(self) -> None:
@@ -103,27 +102,29 @@ class DraftFinderTab(QWidget):
         self._find(target_name(target), target)
 
     def _find(self, name: str, target: GGUFEntry | Path | None) -> None:
-        self.hub.cancel(self._task)
+        if self._task is not None:
+            self._task.cancel()
         self.target = target
         self.candidates = []
         self.table.setRowCount(0)
         self.heading.setText(f"Drafts for <b>{html.escape(name)}</b>")
         self.status.setText("Gathering candidates of the same family and reading their headers (about 1 MiB each)…")
         self._task = HubCalls(self.hub).find_drafts(target if target is not None else name, self.catalog)
+        self._task.returned.connect(self._on_done)
+        self._task.failed.connect(self._on_failed)
         self._update_button()
 
-    def _on_done(self, task: int, result: object) -> None:
-        if task != self._task or not isinstance(result, tuple):
-            return
+    def _on_done(self, result: object) -> None:
         self._task = None
+        if not isinstance(result, tuple):
+            return
         self.target, candidates = result
         self.show_candidates(candidates)
 
-    def _on_failed(self, task: int, message: str) -> None:
-        if task == self._task:
-            self._task = None
-            self.status.setText(message)
-            self._update_button()
+    def _on_failed(self, message: str, _cancelled: bool) -> None:
+        self._task = None
+        self.status.setText(message)
+        self._update_button()
 
     def show_candidates(self, candidates: list[DraftCandidate]) -> None:
         self.candidates = candidates
@@ -152,7 +153,8 @@ class DraftFinderTab(QWidget):
         self._update_button()
 
     def cancel_tasks(self) -> None:
-        self.hub.cancel(self._task)
+        if self._task is not None:
+            self._task.cancel()
         self._task = None
 
     def selected(self) -> DraftCandidate | None:

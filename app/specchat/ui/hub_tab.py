@@ -10,6 +10,8 @@ new listing cancels the rest.
 
 from __future__ import annotations
 
+import functools
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -35,6 +37,7 @@ from specchat.models.hub_search import (
     gated_message,
 )
 from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.workers.tasks import TaskHandle
 
 ROLE = Qt.ItemDataRole.UserRole
 SORT_TEXT = {"downloads": "Most downloaded", "likes": "Most liked", "updated": "Recently updated"}
@@ -72,9 +75,9 @@ class HubSearchTab(QWidget):
         self.hub = hub
         self.calls = HubCalls(hub)
         self.free_vram, self.free_ram, self.has_token = free_vram, free_ram, has_token
-        self._search: int | None = None
-        self._listing: int | None = None
-        self._fits: dict[int, int] = {}  # fit task id -> row in the files table
+        self._search: TaskHandle | None = None
+        self._listing: TaskHandle | None = None
+        self._fits: list[TaskHandle] = []  # the header reads of the listed files, one per row
         self.files_of: RepoFiles | None = None
         v = QVBoxLayout(self)
         bar = QHBoxLayout()
@@ -111,18 +114,19 @@ class HubSearchTab(QWidget):
         buttons.addWidget(self.drafts_button)
         buttons.addWidget(self.download_button)
         v.addLayout(buttons)
-        hub.done.connect(self._on_done)
-        hub.failed.connect(self._on_failed)
         self._update_buttons()
 
     # -- search -----------------------------------------------------------------------
 
     def search(self) -> None:
         query, sort = self.query.text(), self.sort.currentData()
-        self.hub.cancel(self._search)
+        if self._search is not None:
+            self._search.cancel()
         self.status.setText(f"Searching the hub for “{query.strip()}”…" if query.strip() else "Listing GGUF repos…")
 
         self._search = self.calls.search(query, sort)
+        self._search.returned.connect(self._on_hits)
+        self._search.failed.connect(self._on_search_failed)
 
     def _show_hits(self, hits: list[RepoHit]) -> None:
         self.repos.setRowCount(len(hits))
@@ -146,14 +150,16 @@ class HubSearchTab(QWidget):
         hit = item.data(ROLE) if item is not None else None
         if not isinstance(hit, RepoHit):
             return
-        self.hub.cancel(self._listing)
-        for fit_task in self._fits:
-            self.hub.cancel(fit_task)
+        for task in (self._listing, *self._fits):
+            if task is not None:
+                task.cancel()
         self._fits.clear()
         self.files.setRowCount(0)
         self.files_of = None
         self.status.setText(f"Listing the GGUF files of {hit.repo_id}…")
         self._listing = self.calls.files(hit.repo_id)
+        self._listing.returned.connect(self._on_listing)
+        self._listing.failed.connect(self._on_listing_failed)
         self._update_buttons()
 
     def _show_files(self, listing: RepoFiles) -> None:
@@ -166,7 +172,10 @@ class HubSearchTab(QWidget):
             self.files.setItem(row, 2, _cell(human_bytes(e.size) if e.size else "–"))
             self.files.setItem(row, 3, _cell(str(len(e.files))))
             self.files.setItem(row, 4, _cell("reading header…"))
-            self._fits[self.calls.fit(e, free_vram=self.free_vram, free_ram=self.free_ram)] = row
+            fit = self.calls.fit(e, free_vram=self.free_vram, free_ram=self.free_ram)
+            fit.returned.connect(functools.partial(self._on_fit, row))
+            fit.failed.connect(functools.partial(self._on_fit_failed, row))
+            self._fits.append(fit)
         lines = [f"{len(listing.entries)} GGUF models in {listing.repo_id}."]
         if listing.gated:
             lines.append(gated_message(listing.repo_id, listing.gated, self.has_token))
@@ -182,29 +191,35 @@ class HubSearchTab(QWidget):
 
     # -- answers from the hub thread ----------------------------------------------------
 
-    def _on_done(self, task: int, result: object) -> None:
-        if task == self._search and isinstance(result, list):
-            self._search = None
+    def _on_hits(self, result: object) -> None:
+        self._search = None
+        if isinstance(result, list):
             self._show_hits(result)
-        elif task == self._listing and isinstance(result, RepoFiles):
-            self._listing = None
-            self._show_files(result)
-        elif task in self._fits and isinstance(result, FitVerdict):
-            self._show_fit(self._fits.pop(task), result.label, result.summary)
 
-    def _on_failed(self, task: int, message: str) -> None:
-        if task == self._search:
-            self._search = None
-            self.status.setText(message)
-        elif task == self._listing:
-            self._listing = None
-            self.status.setText(message)
-        elif task in self._fits:
-            self._show_fit(self._fits.pop(task), "header unreadable", message)
+    def _on_listing(self, result: object) -> None:
+        self._listing = None
+        if isinstance(result, RepoFiles):
+            self._show_files(result)
+
+    def _on_search_failed(self, message: str, _cancelled: bool) -> None:
+        self._search = None
+        self.status.setText(message)
+
+    def _on_listing_failed(self, message: str, _cancelled: bool) -> None:
+        self._listing = None
+        self.status.setText(message)
+
+    def _on_fit(self, row: int, result: object) -> None:
+        if isinstance(result, FitVerdict):
+            self._show_fit(row, result.label, result.summary)
+
+    def _on_fit_failed(self, row: int, message: str, _cancelled: bool) -> None:
+        self._show_fit(row, "header unreadable", message)
 
     def cancel_tasks(self) -> None:
         for task in (self._search, self._listing, *self._fits):
-            self.hub.cancel(task)
+            if task is not None:
+                task.cancel()
         self._search = self._listing = None
         self._fits.clear()
 

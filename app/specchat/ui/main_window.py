@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from specchat.workers.download import DownloadService
     from specchat.workers.hub_tasks import HubTasks
     from specchat.workers.settings import SettingsHolder
+    from specchat.workers.tasks import TaskRunner
 
 
 class WindowSession(Protocol):
@@ -60,6 +61,7 @@ class WindowSession(Protocol):
     registry: Registry
     downloads: DownloadService
     hub: HubTasks
+    tasks: TaskRunner  # local work off the GUI thread: llama-server --help, GGUF headers
     profile: Profile
 
     def set_config(self, config: AppConfig) -> ConfigChange: ...
@@ -105,8 +107,8 @@ class MainWindow(QMainWindow):
         self.pane.titleChanged.connect(self.chats.refresh)
         self.pane.pairRequested.connect(self.open_models)
         self.pane.pairChanged.connect(self.answers.preload)
-        # the window opens Chat settings… itself: the dialog lists the profile's servers, which the pane cannot see
-        self.pane.header.settingsRequested.disconnect(self.pane.edit_chat_settings)
+        # the window opens Chat settings…: the dialog lists the profile's servers and checks the llama-server
+        # on the session's task runner, which the pane cannot see
         self.pane.header.settingsRequested.connect(self.edit_chat_settings)
         self.answers.pairLoading.connect(lambda name: self.pair_status.setText(f"loading {name}…"))
         self.answers.pairLoaded.connect(self._on_pair_loaded)
@@ -202,6 +204,7 @@ class MainWindow(QMainWindow):
 
     def models_dialog(self) -> ModelsDialog:
         dialog = ModelsDialog(self.session.registry, self.session.downloads, self.session.hub, self,
+                              tasks=self.session.tasks,
                               user_catalog=self.session.profile.user_catalog,
                               cache_dir=self.session.profile.cache_dir / "headers")
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # a new one each time; downloads keep running
@@ -254,7 +257,7 @@ class MainWindow(QMainWindow):
         if self.chat_id is None:
             return
         chat_id, before = self.chat_id, self.pane.settings()
-        dialog = ChatSettingsDialog(before, self, servers=self.server_names())
+        dialog = ChatSettingsDialog(before, self, servers=self.server_names(), tasks=self.session.tasks)
         if not dialog.exec() or self.chat_id != chat_id:
             return
         new = dialog.result_settings()

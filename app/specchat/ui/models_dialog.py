@@ -33,6 +33,7 @@ from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
 from specchat.workers.download import DownloadService
 from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
 from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
@@ -40,6 +41,7 @@ from .hub_tab import HubSearchTab
 from .theme import current
 
 ROLE = Qt.ItemDataRole.UserRole
+READING = "reading the models' headers…"
 
 
 def fit_verdict(pair: CatalogPair, free_vram: int | None, free_ram: int) -> FitVerdict:
@@ -62,11 +64,14 @@ class ModelsDialog(QDialog):
     pairChosen = Signal(object, object)  # target Path, draft Path | None
 
     def __init__(self, registry: Registry, downloads: DownloadService, hub: HubTasks, parent=None, *,
-                 user_catalog: Path | None = None, cache_dir: Path | None = None) -> None:
+                 tasks: TaskRunner, user_catalog: Path | None = None, cache_dir: Path | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 640)
         self.registry = registry
+        self.tasks = tasks  # reads the installed models' headers (the drafts' verdicts) off the GUI thread
+        self.drafts_read: TaskHandle | None = None
+        self.importing: TaskHandle | None = None
         self.downloads = downloads
         self.hub = hub
         self.flow = DownloadFlow(registry, downloads, hub, self)
@@ -100,9 +105,7 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.tabs)
         layout.addLayout(self._download_bar())
         self.refresh_installed()
-        self._fit_task: int | None = None
-        hub.done.connect(self._on_fits)
-        hub.failed.connect(self._on_fits_failed)
+        self._fit_task: TaskHandle | None = None
         if cache_dir is not None:
             self.read_catalog_headers(cache_dir)
         self.finished.connect(self._cancel_tasks)
@@ -171,24 +174,25 @@ class ModelsDialog(QDialog):
         installed = {m.source: Path(m.path) for m in self._installed_models() if m.source and m.is_current()}
         self._fit_task = HubCalls(self.hub).catalog_fits(pairs, free_vram=free_vram, free_ram=free_ram,
                                                          cache_dir=cache_dir, installed=installed)
+        self._fit_task.returned.connect(self._on_fits)
+        self._fit_task.failed.connect(self._on_fits_failed)
 
-    def _on_fits(self, task: int, result: object) -> None:
-        if task != self._fit_task or not isinstance(result, dict):
-            return
+    def _on_fits(self, result: object) -> None:
         self._fit_task = None
+        if not isinstance(result, dict):
+            return
         for row in range(self.catalog.rowCount()):
             name = self.catalog.item(row, 0)
             verdict = result.get(name.data(ROLE)) if name is not None else None
             if isinstance(verdict, FitVerdict):
                 self._set_fit(row, verdict)
 
-    def _on_fits_failed(self, task: int, message: str) -> None:
-        if task == self._fit_task:
-            self._fit_task = None
-            for row in range(self.catalog.rowCount()):
-                cell = self.catalog.item(row, 2)
-                if cell is not None:
-                    cell.setToolTip(f"{cell.toolTip()} (headers not read: {message})")
+    def _on_fits_failed(self, message: str, _cancelled: bool) -> None:
+        self._fit_task = None
+        for row in range(self.catalog.rowCount()):
+            cell = self.catalog.item(row, 2)
+            if cell is not None:
+                cell.setToolTip(f"{cell.toolTip()} (headers not read: {message})")
 
     def _set_fit(self, row: int, verdict: FitVerdict) -> None:
         cell = QTableWidgetItem(verdict.label + (" (from sizes)" if verdict.estimated else ""))
@@ -196,8 +200,11 @@ class ModelsDialog(QDialog):
         self.catalog.setItem(row, 2, cell)
 
     def _cancel_tasks(self) -> None:
-        """The dialog closed: nothing it asked the hub for is worth finishing."""
-        self.hub.cancel(self._fit_task)
+        """The dialog closed: nothing it asked the hub for, or is reading, is worth finishing."""
+        if self.drafts_read is not None:
+            self.drafts_read.cancel()
+        if self._fit_task is not None:
+            self._fit_task.cancel()
         self.search_tab.cancel_tasks()
         self.finder.cancel_tasks()
 
@@ -299,19 +306,35 @@ class ModelsDialog(QDialog):
             self.installed.setCurrentRow(0)
 
     def refresh_drafts(self) -> None:
+        """List the drafts for the chosen target with their verdicts.  The verdicts read GGUF headers
+        (each installed model's, a few MB of metadata): a task, "reading…" meanwhile."""
+        if self.drafts_read is not None:
+            self.drafts_read.cancel()
+            self.drafts_read = None
         self.drafts.clear()
         item = self.installed.currentItem()
         if item is None:
             return
+        self.drafts.addItem(QListWidgetItem(READING))
+        self.use_button.setEnabled(False)
+        path, target = self.registry.path, item.data(ROLE)
+        # its own Registry object: the task's thread shares no mutable object with this one
+        self.drafts_read = self.tasks.run_task(lambda task: Registry(path).drafts_for(target), name="drafts-for")
+        self.drafts_read.returned.connect(self._show_drafts)
+        self.drafts_read.failed.connect(self._drafts_failed)
+
+    def _drafts_failed(self, message: str, _cancelled: bool) -> None:
+        self.message.setText(message)
+        self._show_drafts([])
+
+    def _show_drafts(self, drafts: object) -> None:
+        self.drafts_read = None
+        self.drafts.clear()
+        self.use_button.setEnabled(True)
         none = QListWidgetItem("No draft (plain decoding, or prompt lookup)")
         none.setData(ROLE, None)
         self.drafts.addItem(none)
-        try:
-            drafts = self.registry.drafts_for(item.data(ROLE))
-        except (GGUFError, RegistryError) as exc:
-            self.message.setText(str(exc))
-            drafts = []
-        for model, verdict in drafts:
+        for model, verdict in drafts if isinstance(drafts, list) else []:
             entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
             entry.setData(ROLE, model.path if verdict else None)
             entry.setToolTip(verdict.reason)
@@ -324,16 +347,38 @@ class ModelsDialog(QDialog):
         paths, _ = QFileDialog.getOpenFileNames(self, "Import GGUF files", str(Path.home()), "GGUF models (*.gguf)")
         self.import_paths([Path(p) for p in paths])
 
-    def import_paths(self, paths: list[Path]) -> list[str]:
-        errors = []
-        for p in paths:
-            try:
-                self.registry.add(p)
-            except (GGUFError, RegistryError) as exc:
-                errors.append(str(exc))
-        self.message.setText("\n".join(errors))
+    def import_paths(self, paths: list[Path]) -> TaskHandle | None:
+        """Register ``paths``; adding one reads its GGUF header, so it runs as a task ("reading…"
+        meanwhile); what could not be added is said in one line each when it is done."""
+        if not paths:
+            return None
+        self.message.setText(f"reading the headers of {len(paths)} file(s)…")
+        registry_path = self.registry.path
+
+        def add_all(task: TaskContext) -> list[str]:
+            registry, errors = Registry(registry_path), []  # its own object: nothing shared with this thread
+            for p in paths:
+                task.raise_if_cancelled()
+                try:
+                    registry.add(p)
+                except (GGUFError, RegistryError) as exc:
+                    errors.append(str(exc))
+            return errors
+
+        self.importing = self.tasks.run_task(add_all, name="import")
+        self.importing.returned.connect(self._imported)
+        self.importing.failed.connect(self._import_failed)
+        return self.importing
+
+    def _imported(self, errors: object) -> None:
+        self.importing = None
+        self.message.setText("\n".join(errors) if isinstance(errors, list) else "")
         self.refresh_installed()
-        return errors
+
+    def _import_failed(self, message: str, _cancelled: bool) -> None:
+        self.importing = None
+        self.message.setText(message)
+        self.refresh_installed()
 
     def _find_for_installed(self) -> None:
         item = self.installed.currentItem()

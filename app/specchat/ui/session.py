@@ -28,6 +28,7 @@ from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
 from specchat.workers.hub_tasks import HubTasks
 from specchat.workers.settings import SettingsHolder
+from specchat.workers.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
 PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
@@ -50,6 +51,7 @@ class AppSession:
         self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice)
         self.downloads = DownloadService()
         self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
+        self.tasks = TaskRunner()  # the dialogs' local work: llama-server --help, GGUF headers
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)
         self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
@@ -105,5 +107,6 @@ class AppSession:
         self.window.telemetry.sampler.close()
         self.downloads.shutdown()
         self.hub.shutdown()
+        self.tasks.shutdown()
         self.generation.shutdown()
         self.store.close()

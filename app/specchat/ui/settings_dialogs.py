@@ -37,6 +37,7 @@ from specchat.remote.backend import MANAGED, spec_type_offers
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import find_llama_server, server_help
 from specchat.store import ChatSettings
+from specchat.workers.tasks import TaskHandle, TaskRunner
 
 from .chat_header import SPECULATION
 from .theme import current
@@ -126,12 +127,17 @@ class SettingsDialog(QDialog):
 
 
 class ChatSettingsDialog(QDialog):
-    """One chat's settings.  ``servers``: the names in Settings → Servers, read by the caller when it opens."""
+    """One chat's settings.  ``servers``: the names in Settings → Servers, read by the caller when it opens.
+    ``tasks`` runs the check of the llama-server on this machine (its ``--help``), off the GUI thread."""
 
-    def __init__(self, settings: ChatSettings, parent=None, servers: Sequence[str] = ()) -> None:
+    def __init__(self, settings: ChatSettings, parent=None, servers: Sequence[str] = (), *,
+                 tasks: TaskRunner) -> None:
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
         self.base = settings
+        self.tasks = tasks
+        self.spec_types_check: TaskHandle | None = None  # while llama-server --help runs
+        self.finished.connect(self._cancel_check)
         form = QFormLayout(self)
         self.backend = QComboBox()
         self.backend.addItem(LOCAL, "")
@@ -274,9 +280,31 @@ class ChatSettingsDialog(QDialog):
 
     def _fill_spec_types(self) -> None:
         """The speculative types the llama-server on this machine lists, those the chat's models
-        cannot use greyed out with the reason (read once, when the managed backend is chosen)."""
+        cannot use greyed out with the reason (read once, when the managed backend is chosen).
+        Running ``llama-server --help`` can take seconds: it runs as a task, "checking…" meanwhile."""
         self._spec_types_read = True
-        offers, problem = managed_spec_types(self.base.target, self.base.draft)
+        self.spec_type.addItem(CHECKING, "")
+        target, draft = self.base.target, self.base.draft
+        self.spec_types_check = self.tasks.run_task(lambda task: managed_spec_types(target, draft),
+                                                    name="llama-server --help")
+        self.spec_types_check.returned.connect(self._show_spec_types)
+        self.spec_types_check.failed.connect(self._spec_types_failed)
+
+    def _cancel_check(self) -> None:
+        """The dialog closed: its check's answer is not wanted any more."""
+        if self.spec_types_check is not None:
+            self.spec_types_check.cancel()
+
+    def _spec_types_failed(self, message: str, _cancelled: bool) -> None:
+        self._show_spec_types(({}, message))
+
+    def _show_spec_types(self, result: object) -> None:
+        self.spec_types_check = None
+        offers: dict[str, str] = {}
+        problem = ""
+        if isinstance(result, tuple):
+            offers, problem = result
+        self.spec_type.clear()
         model = self.spec_type.model()
         if problem:
             self.spec_type.addItem(problem, "")
@@ -307,6 +335,9 @@ class ChatSettingsDialog(QDialog):
                        backend=str(self.backend.currentData() or ""),
                        server_spec_type=str(self.spec_type.currentData() or self.base.server_spec_type),
                        speculation=str(self.speculation.currentData()))
+
+
+CHECKING = "checking the llama-server on this machine…"
 
 
 def managed_spec_types(target, draft) -> tuple[dict[str, str], str]:
