@@ -4,6 +4,8 @@ Public surface: load a :class:`SpeculativePair`, call ``generate`` and consume
 the frozen events of :mod:`specchat.engine.events`.
 """
 
+from collections.abc import Callable
+
 from .events import (
     Done,
     Error,
@@ -19,13 +21,14 @@ from .events import (
 from .settings import ControllerSettings, Drafter, Mode, SamplingSettings, StructuredOutput
 
 
-def check_structured(structured: StructuredOutput) -> None:
-    """:func:`specchat.engine.grammar.check_structured`: a JSON schema or GBNF grammar parsed by
-    llama.cpp (no model), :class:`~specchat.engine.settings.GrammarError` in one line if it fails.
+def check_structured(structured: StructuredOutput, cancelled: Callable[[], bool] | None = None) -> None:
+    """:func:`specchat.engine.grammar.check_structured`: a JSON schema or GBNF grammar parsed and
+    exercised by llama.cpp in a bounded child process (no model), killed when ``cancelled()``
+    turns true; :class:`~specchat.engine.settings.GrammarError` in one line if it fails.
     Imported when called, so that the settings and events stay free of llama.cpp."""
     from .grammar import check_structured as check
 
-    check(structured)
+    check(structured, cancelled)
 
 
 __all__ = [

@@ -26,6 +26,26 @@ What reaches llama.cpp is bounded first, each bound measured on the vendored par
 A JSON schema is converted by llama-cpp-python's own ``json_schema_to_gbnf`` (run under
 the chat template's time and memory watch); counts that would make it build huge strings
 in one C call (``minItems: 10**9``, ``a{10**9}``) and remote ``$ref`` are refused first.
+
+Cost that grows with the text (nullable or ambiguous repetitions: ``s ::= [a-z] s "b"? |
+[a-z] s "c"? | ""`` doubles llama.cpp's parse stacks at every character; one accept then
+runs for minutes and takes GBs, measured 60 s+ at 32 tokens with Qwen2.5-Coder 1.5B):
+
+- :func:`check_structured` converts, parses and walks the grammar in a child process
+  (:func:`_run_check`): at most :data:`CHECK_SECONDS` (killed after), :data:`CHECK_MEMORY`
+  of address space over its start (``RLIMIT_AS``), killed when the caller cancels.  A good
+  schema's check costs ~0.25-0.4 s, nearly all interpreter start and imports (measured with
+  ``time`` on the bench schemas and a 30-line schema on 2 shared cores).  :meth:`Grammar.build`
+  runs the same check, so a grammar reaches an answer only through it.
+- the walk (:func:`_walk_stacks`): up to :data:`WALK_STEPS` characters, each step taking the
+  character of :data:`_WALK_CHARS` that leaves the most stacks; past :data:`MAX_STACKS` the
+  grammar is refused in one line.  Real schemas keep 3-14 stacks; 80 optional properties 156.
+- in an answer, every mask and accept is timed and the stacks counted after it: past
+  :data:`MAX_ANSWER_STACKS` or :data:`MAX_TOKEN_SECONDS` the answer ends with one
+  ``GrammarError`` ("grew too costly at token N"), the text so far kept.  The count is read
+  through exported internals (:class:`_Internals`); where a build lacks them only time bounds
+  apply, and a grammar that grows only on a path the walk did not take can still make one
+  call slow (not a proven bound: see the tests' hostile family).
 """
 
 from __future__ import annotations
@@ -34,8 +54,13 @@ import ctypes
 import json
 import os
 import re
+import resource
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +84,21 @@ CONVERT_SECONDS = 2.0  # real schemas convert in a few ms
 _COUNT_KEYS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties",
                "minContains", "maxContains")
 _QUANTIFIER = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+
+# The pre-flight check runs in a child process under these limits (see check_structured).
+CHECK_SECONDS = 5.0
+CHECK_MEMORY = 512 << 20  # address space the child may add after its imports
+# llama.cpp keeps one pushdown stack per way the text so far can be parsed; masking a row costs
+# (stacks) x (vocabulary) and one accepted character can multiply the stacks.  Real schemas keep
+# a handful (3-4 for the bench's schemas; an object of n optional properties about 2n: 156 for
+# 80, measured by the walk below); the walk refuses a grammar past
+# MAX_STACKS, and an answer ends when its grammar passes MAX_ANSWER_STACKS.
+MAX_STACKS = 256
+MAX_ANSWER_STACKS = 1024
+WALK_STEPS = 64
+# one mask or accept taking longer than this ends the answer (11 ms measured for a real schema)
+MAX_TOKEN_SECONDS = 1.0
+_WALK_CHARS = tuple(range(32, 127)) + (9, 10, 0xE9, 0x4E2D)
 
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
@@ -273,6 +313,193 @@ def _parse_error(name: str, text: str, reason: str) -> GrammarError:
                         f"(it starts {first[:60]!r})")
 
 
+# -- llama.cpp's parse stacks: counted, and walked in the check --------------------------------------
+
+
+class _Internals:
+    """llama.cpp's grammar internals the public API does not expose, where this build has them:
+    ``llama_grammar_{accept,clone_impl,free_impl,get_stacks}`` (exported C++ symbols of libllama,
+    Itanium ABI) and the grammar pointer inside the grammar sampler's context
+    (``struct llama_sampler_grammar {vocab; std::string grammar_str, grammar_root; grammar}``,
+    libstdc++'s 32-byte strings).  The layout is confirmed on each sampler before it is read
+    (the string at offset 8 must be the grammar's own text); where anything differs the stack
+    count is unknown (None) and only the time bounds apply."""
+
+    def __init__(self) -> None:
+        lib = llama_cpp.llama_cpp._lib
+        vp = ctypes.c_void_p
+        try:
+            self.accept = lib._Z20llama_grammar_acceptP13llama_grammarj
+            self.clone = lib._Z24llama_grammar_clone_implRK13llama_grammar
+            self.free = lib._Z23llama_grammar_free_implP13llama_grammar
+            self.stacks = lib._Z24llama_grammar_get_stacksP13llama_grammar
+        except AttributeError:
+            self.ok = False
+            return
+        self.accept.argtypes, self.accept.restype = [vp, ctypes.c_uint32], None
+        self.clone.argtypes, self.clone.restype = [vp], vp
+        self.free.argtypes, self.free.restype = [vp], None
+        self.stacks.argtypes, self.stacks.restype = [vp], ctypes.POINTER(ctypes.c_uint64)
+        self.ok = sys.byteorder == "little" and ctypes.sizeof(vp) == 8
+
+    def grammar_of(self, sampler: Any, data: bytes) -> int | None:
+        """The ``llama_grammar *`` of a grammar sampler built from ``data``, or None."""
+        if not self.ok or not sampler:
+            return None
+        words = ctypes.cast(sampler, ctypes.POINTER(ctypes.c_void_p))
+        ctx = words[1]
+        if not ctx:
+            return None
+        q = ctypes.cast(ctx, ctypes.POINTER(ctypes.c_uint64))
+        text_ptr, text_len = q[1], q[2]
+        if text_len != len(data) or not text_ptr or ctypes.string_at(text_ptr, min(text_len, 64)) != data[:64]:
+            return None
+        return int(q[9]) or None
+
+    def count(self, grammar: int) -> int:
+        """How many parse stacks ``grammar`` holds (its ``std::vector<std::vector<...>>``: 24 bytes each)."""
+        vec = self.stacks(grammar)
+        return int((vec[1] - vec[0]) // 24)
+
+
+_internals: _Internals | None = None
+_internals_lock = threading.Lock()
+
+
+def _get_internals() -> _Internals:
+    global _internals
+    with _internals_lock:
+        if _internals is None:
+            _internals = _Internals()
+        return _internals
+
+
+def _walk_stacks(sampler: Any, data: bytes) -> int:
+    """The most parse stacks a hostile text makes the grammar keep: from the start, WALK_STEPS times,
+    each character of :data:`_WALK_CHARS` is tried on a clone and the one that leaves the most
+    stacks is taken (stopping past :data:`MAX_STACKS`, or when no character fits).  -1 when this
+    build does not expose the stacks."""
+    api = _get_internals()
+    grammar = api.grammar_of(sampler, data)
+    if grammar is None:
+        return -1
+    state = api.clone(grammar)
+    most = api.count(state)
+    try:
+        for _ in range(WALK_STEPS):
+            best, best_n = None, 0
+            for ch in _WALK_CHARS:
+                trial = api.clone(state)
+                api.accept(trial, ch)
+                n = api.count(trial)
+                if n > best_n:
+                    if best is not None:
+                        api.free(best)
+                    best, best_n = trial, n
+                else:
+                    api.free(trial)
+                if best_n > MAX_STACKS:
+                    break
+            if best is None:
+                break
+            api.free(state)
+            state, most = best, max(most, best_n)
+            if most > MAX_STACKS:
+                break
+    finally:
+        api.free(state)
+    return most
+
+
+def _too_many_stacks(name: str, n: int, where: str) -> GrammarError:
+    return GrammarError(f"{name} is too costly: {where} it keeps {n} parse stacks (at most {MAX_STACKS}), "
+                        "each checked against the whole vocabulary for every token; simplify its "
+                        "repetitions (optional items inside repetitions)")
+
+
+def _check_in_child(kind: str, text: str, name: str) -> str:
+    """Run in the check's child process: convert, bound, parse and walk; the GBNF text to use."""
+    gbnf = schema_to_gbnf(text, name) if kind == Structured.JSON_SCHEMA else text
+    data = check_gbnf(gbnf, name, limit=MAX_GRAMMAR_BYTES)
+    sampler, reason = _parse(None, data)
+    if not sampler:
+        if reason.startswith("no vocab to parse token"):
+            return gbnf
+        raise _parse_error(name, gbnf, reason)
+    try:
+        most = _walk_stacks(sampler, data)
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+    if most > MAX_STACKS:
+        raise _too_many_stacks(name, most, f"after {WALK_STEPS} characters or fewer")
+    return gbnf
+
+
+def _child_main() -> None:
+    """The check's child: a request as JSON on stdin, the answer as JSON on stdout."""
+    request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    try:
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+    except OSError:
+        size = 0
+    if size:  # the limit applies to what the check adds, not to the interpreter and libraries
+        resource.setrlimit(resource.RLIMIT_AS, (size + CHECK_MEMORY, size + CHECK_MEMORY))
+    try:
+        answer = {"gbnf": _check_in_child(request["kind"], request["text"], request["name"])}
+    except GrammarError as exc:
+        answer = {"error": str(exc)}
+    except MemoryError:
+        answer = {"limit": "memory"}
+    sys.stdout.write(json.dumps(answer))
+    sys.stdout.flush()
+
+
+_CHILD_CODE = "from specchat.engine.grammar import _child_main; _child_main()"
+
+
+def _run_check(kind: str, text: str, name: str, cancelled: Any = None) -> str:
+    """:func:`_check_in_child` in a child process, killed past :data:`CHECK_SECONDS` or when
+    ``cancelled()`` (polled every 20 ms) turns true; the GBNF text, or one-line :class:`GrammarError`."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    request = json.dumps({"kind": str(kind.value if isinstance(kind, Structured) else kind),
+                          "text": text, "name": name}).encode("utf-8")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as inp:
+        inp.write(request)
+        inp.seek(0)
+        child = subprocess.Popen([sys.executable, "-c", _CHILD_CODE], stdin=inp, stdout=out,
+                                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        deadline = time.monotonic() + CHECK_SECONDS
+        try:
+            while child.poll() is None:
+                if cancelled is not None and cancelled():
+                    raise GrammarError(f"the check of {name} was cancelled")
+                if time.monotonic() > deadline:
+                    raise GrammarError(f"{name} is too costly: its check took over {CHECK_SECONDS:g} s; "
+                                       "simplify its repetitions")
+                time.sleep(0.02 if time.monotonic() - deadline + CHECK_SECONDS > 0.1 else 0.002)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        out.seek(0)
+        said = out.read(MAX_GRAMMAR_BYTES * 8).decode("utf-8", errors="replace")
+    try:
+        answer = json.loads(said) if said else {}
+    except ValueError:
+        answer = {}
+    if "gbnf" in answer:
+        return str(answer["gbnf"])
+    if "error" in answer:
+        raise GrammarError(str(answer["error"]))
+    if answer.get("limit") == "memory" or child.returncode in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
+        raise GrammarError(f"{name} is too costly: its check used over {CHECK_MEMORY >> 20} MiB; "
+                           "simplify its repetitions")
+    raise GrammarError(f"the check of {name} failed (its process ended with status {child.returncode})")
+
+
 def parse_check(text: str, name: str = "the grammar") -> None:
     """Parse ``text`` with llama.cpp's own parser, without a model; :class:`GrammarError` if it fails.
 
@@ -287,15 +514,17 @@ def parse_check(text: str, name: str = "the grammar") -> None:
     raise _parse_error(name, text, reason)
 
 
-def check_structured(structured: StructuredOutput) -> None:
+def check_structured(structured: StructuredOutput, cancelled: Any = None) -> None:
     """Raise :class:`GrammarError` (one line) unless ``structured`` can constrain an answer:
-    the schema converts to a grammar and the grammar parses (llama.cpp's parser, no model).
+    the schema converts to a grammar, the grammar parses (llama.cpp's parser, no model) and a
+    hostile walk keeps its parse stacks under :data:`MAX_STACKS`.
 
-    For a form's OK button and the command line: parsing only, no model or context, a few
-    ms for real grammars; the bounds above keep the C parser's recursion small."""
+    For a form's OK button and the command line.  It runs in a child process bounded by
+    :data:`CHECK_SECONDS` and :data:`CHECK_MEMORY`, killed when ``cancelled()`` turns true
+    (polled every 20 ms); one line names the limit a costly grammar passed."""
     structured.validate()
     if structured.active:
-        parse_check(compile_structured(structured), f"the {structured.label}")
+        _run_check(structured.kind, structured.text, f"the {structured.label}", cancelled)
 
 
 # -- the grammar of one answer ---------------------------------------------------------------------
@@ -308,12 +537,16 @@ class Grammar:
     (:meth:`clone`) follows a draft and is thrown away after.
     """
 
-    def __init__(self, handle: Any, vocab: Any, name: str, piece: Any) -> None:
+    def __init__(self, handle: Any, vocab: Any, name: str, piece: Any, data: bytes = b"") -> None:
         self._handle = handle
         self._vocab = vocab
         self.name = name
         self._piece = piece  # token -> bytes, for the text an error quotes
+        self._data = data
+        self._api = _get_internals()
+        self._state = self._api.grammar_of(handle, data) if data else None  # None: stacks not countable
         self.text = b""
+        self.accepted = 0  # tokens accepted: the N of "grew too costly at token N"
         self._one = np.zeros(1, dtype=TOKEN_DATA)
         self._one_c = llama_cpp.llama_token_data_array(
             self._one.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), 1, -1, False)
@@ -323,13 +556,14 @@ class Grammar:
         """For ``model`` (a :class:`~specchat.engine.runtime.LoadedModel`); :class:`GrammarError`
         when the text is not a grammar llama.cpp can use with this vocabulary."""
         name = f"the {structured.label}"
-        text = compile_structured(structured)
+        structured.validate()
+        text = _run_check(structured.kind, structured.text, name)  # converted and walked, bounded
         data = check_gbnf(text, name, limit=MAX_GRAMMAR_BYTES)
         vocab = model.vocab
         handle, reason = _parse(vocab, data)
         if not handle:
             raise _parse_error(name, text, reason)
-        return cls(handle, vocab, name, model.piece)
+        return cls(handle, vocab, name, model.piece, data)
 
     def allows(self, token: int) -> bool:
         """Whether the grammar, in its state now, allows ``token`` next (one candidate checked)."""
@@ -341,13 +575,35 @@ class Grammar:
         return bool(one["logit"][0] != -np.inf)
 
     def mask(self, array: ctypes.Structure) -> None:
-        """Set the logit of every candidate of ``array`` the grammar does not allow to -inf."""
+        """Set the logit of every candidate of ``array`` the grammar does not allow to -inf;
+        :class:`GrammarError` when that took over :data:`MAX_TOKEN_SECONDS`."""
+        t0 = time.perf_counter()
         llama_cpp.llama_sampler_apply(self._handle, ctypes.byref(array))
+        self._bound(time.perf_counter() - t0)
 
     def accept(self, token: int) -> None:
-        """Advance over ``token``, which :meth:`allows` or :meth:`mask` has just allowed."""
+        """Advance over ``token``, which :meth:`allows` or :meth:`mask` has just allowed;
+        :class:`GrammarError` when the grammar has grown past its bounds (its parse stacks over
+        :data:`MAX_ANSWER_STACKS`, or the call over :data:`MAX_TOKEN_SECONDS`)."""
+        t0 = time.perf_counter()
         llama_cpp.llama_sampler_accept(self._handle, token)
+        self.accepted += 1
         self.text = (self.text + self._piece(token))[-160:]  # the tail an error quotes
+        self._bound(time.perf_counter() - t0)
+
+    def stacks(self) -> int | None:
+        """How many parse stacks the grammar holds now (None where this build does not say)."""
+        return None if self._state is None else self._api.count(self._state)
+
+    def _bound(self, seconds: float) -> None:
+        n = self.stacks()
+        if n is not None and n > MAX_ANSWER_STACKS:
+            raise GrammarError(f"{self.name} grew too costly at token {self.accepted}: {n} parse stacks "
+                               f"(at most {MAX_ANSWER_STACKS}); the answer ends here: simplify its repetitions")
+        if seconds > MAX_TOKEN_SECONDS:
+            raise GrammarError(f"{self.name} grew too costly at token {self.accepted}: one step took "
+                               f"{seconds:.1f} s (at most {MAX_TOKEN_SECONDS:g} s); the answer ends here: "
+                               "simplify its repetitions")
 
     def dead_end(self) -> GrammarError:
         """The error of a row where the grammar allows no token (one line, quoting where it stuck)."""
@@ -362,13 +618,16 @@ class Grammar:
         them and is freed: this grammar's state is untouched)."""
         if not tokens:
             return tokens
-        clone = Grammar(llama_cpp.llama_sampler_clone(self._handle), self._vocab, self.name, self._piece)
+        clone = Grammar(llama_cpp.llama_sampler_clone(self._handle), self._vocab, self.name, self._piece, self._data)
         try:
             for i, tok in enumerate(tokens):
                 if not clone.allows(tok):
                     return tokens[:i]
                 if i + 1 < len(tokens):
                     llama_cpp.llama_sampler_accept(clone._handle, tok)
+                    n = clone.stacks()
+                    if n is not None and n > MAX_ANSWER_STACKS:  # the answer's own accept ends it, if it gets there
+                        return tokens[:i + 1]
             return tokens
         finally:
             clone.close()
