@@ -19,6 +19,12 @@ def open_dialog(qtbot, tasks, settings: ChatSettings | None = None) -> ChatSetti
     return dialog
 
 
+def ok(qtbot, dialog: ChatSettingsDialog) -> None:
+    """Press OK and wait for the check (a task) to answer."""
+    dialog.accept()
+    qtbot.waitUntil(lambda: dialog.structured_check is None, timeout=30_000)
+
+
 def choose(dialog: ChatSettingsDialog, kind: str, text: str) -> None:
     dialog.structured_kind.setCurrentIndex(dialog.structured_kind.findData(kind))
     dialog.structured_text.setPlainText(text)
@@ -27,7 +33,7 @@ def choose(dialog: ChatSettingsDialog, kind: str, text: str) -> None:
 def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, tasks, tmp_path):
     dialog = open_dialog(qtbot, tasks)
     choose(dialog, "json_schema", SCHEMA)
-    dialog.accept()
+    ok(qtbot, dialog)
     assert dialog.result() == ChatSettingsDialog.DialogCode.Accepted
     new = dialog.result_settings()
     assert new.sampling.structured == StructuredOutput("json_schema", SCHEMA)
@@ -43,7 +49,7 @@ def test_a_valid_schema_is_accepted_saved_with_the_chat_and_shown_again(qtbot, t
 def test_a_bad_grammar_stays_open_with_one_line_and_nothing_saved(qtbot, tasks):
     dialog = open_dialog(qtbot, tasks)
     choose(dialog, "grammar", 'root ::= ("yes" | "no"')
-    dialog.accept()
+    ok(qtbot, dialog)
     assert dialog.result() != ChatSettingsDialog.DialogCode.Accepted
     message = dialog.structured_error.text()
     assert "not a valid GBNF grammar" in message and "expecting ')'" in message and "\n" not in message
@@ -57,7 +63,7 @@ def test_a_schema_that_is_not_json_or_not_supported_is_one_line(qtbot, tasks):
                            ('{"type": "array", "minItems": 1000000000}', "out of range"),
                            ("", "is empty")):
         choose(dialog, "json_schema", text)
-        dialog.accept()
+        ok(qtbot, dialog)
         assert dialog.result() != ChatSettingsDialog.DialogCode.Accepted, text
         assert expected in dialog.structured_error.text() and "\n" not in dialog.structured_error.text()
 
@@ -66,7 +72,7 @@ def test_none_keeps_no_text_and_the_box_is_disabled(qtbot, tasks):
     dialog = open_dialog(qtbot, tasks, ChatSettings(sampling=SamplingSettings(structured=StructuredOutput("grammar", 'root ::= "x"'))))
     dialog.structured_kind.setCurrentIndex(dialog.structured_kind.findData(""))
     assert not dialog.structured_text.isEnabled()
-    dialog.accept()
+    ok(qtbot, dialog)
     assert dialog.result() == ChatSettingsDialog.DialogCode.Accepted
     new = dialog.result_settings()
     assert new.sampling.structured == StructuredOutput("", "")
@@ -103,3 +109,27 @@ def test_screenshot_a_chat_with_a_json_schema(qtbot, tasks):
     assert not image.isNull()
     if os.environ.get("SPECCHAT_SCREENSHOTS"):
         image.save(str(Path(__file__).resolve().parents[2] / "docs" / "screenshot-structured-output.png"))
+
+
+def test_a_costly_grammar_is_refused_in_one_line_while_the_dialog_answers(qtbot, tasks):
+    """The check runs as a task: the dialog says so at once and stays responsive; a grammar whose parse
+    stacks double at every character is refused by the bounded check, in one line."""
+    dialog = open_dialog(qtbot, tasks)
+    choose(dialog, "grammar", 's ::= [a-z] s "b"? | [a-z] s "c"? | ""\nroot ::= s')
+    dialog.accept()
+    assert dialog.structured_check is not None and "checking the GBNF grammar" in dialog.structured_error.text()
+    qtbot.waitUntil(lambda: dialog.structured_check is None, timeout=30_000)
+    assert dialog.result() != ChatSettingsDialog.DialogCode.Accepted
+    assert "too costly" in dialog.structured_error.text() and "\n" not in dialog.structured_error.text()
+
+
+def test_closing_the_dialog_during_the_check_cancels_it(qtbot, tasks):
+    dialog = open_dialog(qtbot, tasks)
+    choose(dialog, "json_schema", SCHEMA + " ")  # a text not checked before in this process
+    dialog.accept()
+    handle = dialog.structured_check
+    assert handle is not None
+    dialog.reject()
+    assert dialog.structured_check is None and dialog.result() == ChatSettingsDialog.DialogCode.Rejected
+    qtbot.waitUntil(lambda: not tasks.busy, timeout=10_000)
+

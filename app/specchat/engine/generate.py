@@ -141,7 +141,8 @@ def generate(
         d.start()
     controller.start_answer()
     try:
-        sampler = TargetSampler(target, sampling)  # a schema or grammar that cannot be used: GrammarError
+        sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
+        # (a schema or grammar that cannot be used: GrammarError; a stop during its check: CANCELLED)
         # -- prefill: the whole prompt on the target, the first token from its last row
         t0 = time.perf_counter()
         reused = target.keep_prefix(prompt)
@@ -264,6 +265,9 @@ def generate(
         # draft); drop the draft's cache so it re-syncs next time
         if pair.draft is not None:
             pair.draft.clear()
+        if sampler is None and cancel is not None and cancel.cancelled:  # stopped while its grammar was checked
+            yield Done(StopReason.CANCELLED, stats(0.0))
+            return
         yield Error(str(exc))
         yield Done(StopReason.ERROR, stats(0.0), str(exc))
     finally:

@@ -458,9 +458,30 @@ def _child_main() -> None:
 _CHILD_CODE = "from specchat.engine.grammar import _child_main; _child_main()"
 
 
+# Texts that passed the check, with their GBNF: the check is a function of the text alone, so a
+# chat's schema pays the child process once per run of the app, not once per answer.
+_PASSED: dict[tuple[str, str], str] = {}
+_PASSED_MAX = 64
+_PASSED_LOCK = threading.Lock()
+
+
 def _run_check(kind: str, text: str, name: str, cancelled: Any = None) -> str:
     """:func:`_check_in_child` in a child process, killed past :data:`CHECK_SECONDS` or when
-    ``cancelled()`` (polled every 20 ms) turns true; the GBNF text, or one-line :class:`GrammarError`."""
+    ``cancelled()`` (polled every 20 ms) turns true; the GBNF text, or one-line :class:`GrammarError`.
+    A text that passed before is answered from :data:`_PASSED`."""
+    key = (str(getattr(kind, "value", kind)), text)
+    with _PASSED_LOCK:
+        if key in _PASSED:
+            return _PASSED[key]
+    gbnf = _check_in_child_process(kind, text, name, cancelled)
+    with _PASSED_LOCK:
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.pop(next(iter(_PASSED)))
+        _PASSED[key] = gbnf
+    return gbnf
+
+
+def _check_in_child_process(kind: str, text: str, name: str, cancelled: Any) -> str:
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -552,12 +573,13 @@ class Grammar:
             self._one.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), 1, -1, False)
 
     @classmethod
-    def build(cls, model: Any, structured: StructuredOutput) -> Grammar:
+    def build(cls, model: Any, structured: StructuredOutput, cancelled: Any = None) -> Grammar:
         """For ``model`` (a :class:`~specchat.engine.runtime.LoadedModel`); :class:`GrammarError`
-        when the text is not a grammar llama.cpp can use with this vocabulary."""
+        when the text is not a grammar llama.cpp can use with this vocabulary.  ``cancelled()``
+        (the answer's stop) ends the check at once."""
         name = f"the {structured.label}"
         structured.validate()
-        text = _run_check(structured.kind, structured.text, name)  # converted and walked, bounded
+        text = _run_check(structured.kind, structured.text, name, cancelled)  # converted and walked, bounded
         data = check_gbnf(text, name, limit=MAX_GRAMMAR_BYTES)
         vocab = model.vocab
         handle, reason = _parse(vocab, data)

@@ -20,6 +20,7 @@ forbids can never equal the target's constrained sample, so it is simply rejecte
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import llama_cpp
 import numpy as np
@@ -30,9 +31,10 @@ from .settings import SamplingSettings
 
 
 class TargetSampler:
-    def __init__(self, model: LoadedModel, settings: SamplingSettings) -> None:
+    def __init__(self, model: LoadedModel, settings: SamplingSettings, cancelled: Callable[[], bool] | None = None) -> None:
         """Raises :class:`~specchat.engine.settings.GrammarError` for a schema or grammar
-        llama.cpp cannot use with this model."""
+        llama.cpp cannot use with this model (``cancelled()``: the answer's stop, which ends the
+        grammar's check at once)."""
         settings.validate()
         self.model = model
         self.settings = settings
@@ -42,7 +44,7 @@ class TargetSampler:
         if not self.fast_greedy:
             self._chain = self._build_chain(settings)
         if settings.structured.active:
-            self.grammar = Grammar.build(model, settings.structured)
+            self.grammar = Grammar.build(model, settings.structured, cancelled)
             # one row of candidates, reused: (id, logit, p) as llama_token_data, and its C view
             self._cand = np.zeros(model.n_vocab, dtype=TOKEN_DATA)
             self._ids = np.arange(model.n_vocab, dtype=np.int32)

@@ -137,6 +137,7 @@ class ChatSettingsDialog(QDialog):
         self.base = settings
         self.tasks = tasks
         self.spec_types_check: TaskHandle | None = None  # while llama-server --help runs
+        self.structured_check: TaskHandle | None = None  # while the schema or grammar is checked (OK)
         self.finished.connect(self._cancel_check)
         form = QFormLayout(self)
         self.backend = QComboBox()
@@ -255,14 +256,37 @@ class ChatSettingsDialog(QDialog):
         return StructuredOutput(kind, self.structured_text.toPlainText() if kind else "")
 
     def accept(self) -> None:
-        """OK: a schema or grammar that llama.cpp cannot use is one line under its box, and nothing is saved."""
-        try:
-            check_structured(self.structured())
-        except GrammarError as exc:
-            self._show_structured_error(str(exc))
-            self.structured_text.setFocus()
+        """OK: a schema or grammar is checked first, as a task (a child process bounded in time and
+        memory, engine/grammar.py): "checking…" under its box meanwhile, then the dialog closes, or
+        stays open with one line saying why and nothing saved.  Closing the dialog cancels the check."""
+        structured = self.structured()
+        if not structured.active:
+            super().accept()
             return
-        super().accept()
+        if self.structured_check is not None:
+            return  # OK again while it is checked
+        self._show_structured_error(f"checking the {structured.label}…")
+        self.structured_check = self.tasks.run_task(
+            lambda task: check_structured(structured, cancelled=lambda: task.cancelled), name="structured output")
+        self.structured_check.returned.connect(lambda _: self._structured_checked(structured, ""))
+        self.structured_check.failed.connect(lambda message, cancelled: self._structured_failed(structured, message,
+                                                                                               cancelled))
+
+    def _structured_failed(self, checked: StructuredOutput, problem: str, cancelled: bool) -> None:
+        if not cancelled:
+            self._structured_checked(checked, problem)
+
+    def _structured_checked(self, checked: StructuredOutput, problem: str) -> None:
+        self.structured_check = None
+        if self.structured() != checked:  # edited while it was checked: check what is there now
+            self._show_structured_error("")
+            self.accept()
+        elif problem:
+            self._show_structured_error(problem)
+            self.structured_text.setFocus()
+        else:
+            self._show_structured_error("")
+            super().accept()
 
     def _backend_changed(self) -> None:
         """A server runs its own models and drafting: the local pair and mode are kept, shown disabled."""
@@ -294,6 +318,9 @@ class ChatSettingsDialog(QDialog):
         """The dialog closed: its check's answer is not wanted any more."""
         if self.spec_types_check is not None:
             self.spec_types_check.cancel()
+        if self.structured_check is not None:
+            self.structured_check.cancel()
+            self.structured_check = None
 
     def _spec_types_failed(self, message: str, _cancelled: bool) -> None:
         self._show_spec_types(({}, message))
