@@ -52,8 +52,9 @@ class Guard:
 
     def __init__(self, parents: tuple[CancelToken | None, ...], deadline_s: float, end: float | None = None) -> None:
         self.token = CancelToken()
-        self.deadline_s = deadline_s
-        self.end = time.monotonic() + deadline_s if end is None else min(end, time.monotonic() + deadline_s)
+        now = time.monotonic()
+        self.end = now + deadline_s if end is None else min(end, now + deadline_s)
+        self.deadline_s = round(self.end - now, 1)  # what a message says it waited
         self.expired = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
