@@ -25,7 +25,6 @@ limit the user typed, GGUFError for bytes that are not a GGUF header.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -41,6 +40,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from specchat.bounded_json import loads
 from specchat.errors import UserError
 
 from .fit import (
@@ -168,7 +168,7 @@ def _api_get(url: str, params: list[tuple[str, str | int | float | bool | None]]
                 data += piece
                 if len(data) > MAX_API_BYTES:
                     raise DownloadError(f"{what}: the hub's answer is over {MAX_API_BYTES >> 20} MiB; refusing it")
-        return json.loads(data)
+        return loads(data)  # nesting bounded: a too-deep answer is a ValueError, worded below
 
     try:
         return in_background(call, None, API_DEADLINE_S, what)

@@ -83,14 +83,15 @@ class RemoteBackend:
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken) -> RemoteBackend:
         """:meth:`connect`, as :func:`specchat.backends.open_backend` calls it (a probe is a few short GETs)."""
-        return cls.connect(config)
+        return cls.connect(config, cancel=cancel)
 
     @property
     def info(self) -> PairInfo:
         return PairInfo.of_server(self, self.caps)
 
     @classmethod
-    def connect(cls, config: RemoteConfig, keychain: Keychain | None = None) -> RemoteBackend:
+    def connect(cls, config: RemoteConfig, keychain: Keychain | None = None,
+                cancel: CancelToken | None = None) -> RemoteBackend:
         """Probe the server, after starting it when it is a managed one (ServerError, one line,
         when it cannot be used)."""
         if config.managed is not None:
@@ -98,7 +99,7 @@ class RemoteBackend:
         key = (keychain or Keychain()).get(config.server.name)
         client = ServerClient(config.server, key)
         try:
-            caps = client.probe()
+            caps = client.probe(cancel=cancel)  # within its deadline; a cancel (closing the app) ends it at once
         except BaseException:
             client.close()
             raise

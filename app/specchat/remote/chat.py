@@ -25,13 +25,13 @@ generating.  Every failure after the first token keeps what was streamed: ``Erro
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from specchat.backend import AnswerRequest
+from specchat.bounded_json import loads
 from specchat.cancel import CancelToken
 from specchat.engine.events import (
     Done,
@@ -51,7 +51,10 @@ from specchat.metrics import Counts
 from .client import Capabilities, ServerClient, StreamedEvents
 from .counters import RequestSpec, SpecCounters, delta
 from .errors import ServerError
+from .reader import BYTES_PER_TOKEN
 from .rounds import RoundRebuilder, Timings
+
+CLAIM_SLACK = 16  # tokens a server may count beyond one per chunk or byte (an end-of-generation token)
 
 POLL_S = 0.5  # vLLM's counters move every scheduler step; twice a second is live enough and cheap
 MAX_CHUNKS = 1 << 20  # far beyond any max_tokens a chat asks for
@@ -82,11 +85,12 @@ def stream_answer(client: ServerClient, caps: Capabilities, req: AnswerRequest, 
                   *, mode: str = "", observe: Callable[[dict], None] | None = None) -> Iterator[Event]:
     """The answer to ``req`` from the server, as engine events (see the module docstring).
     ``observe`` sees every chunk as the server sent it (after it parsed as an object)."""
-    answer = _Answer(client, caps, mode or caps.engine)
+    answer = _Answer(client, caps, mode or caps.engine, req.max_tokens)
     answer.observe = observe
     try:
-        with client.stream_events("/v1/chat/completions", request_body(caps, req)) as events, \
-                cancel.closing(events.stop):  # a cancel shuts the socket down: a blocked read returns at once
+        # the token cancels the request's guard from before it is sent: a Stop shuts the socket down while
+        # connecting, waiting for headers or reading events, and the blocked call returns at once
+        with client.stream_events("/v1/chat/completions", request_body(caps, req), cancel) as events:
             yield from answer.read(events, cancel)
     except ServerError as exc:
         if cancel.cancelled:
@@ -113,10 +117,14 @@ def _stop_reason(finish: str) -> StopReason:
 class _Answer:
     """The state of one streamed answer: text so far, counts, rounds."""
 
-    def __init__(self, client: ServerClient, caps: Capabilities, mode: str) -> None:
+    def __init__(self, client: ServerClient, caps: Capabilities, mode: str, max_tokens: int = 0) -> None:
         self.client, self.caps, self.mode = client, caps, mode
         self.where = client.where
+        self.max_tokens = max_tokens  # enforced on what the server streams (0: none asked for)
         self.tokens = 0
+        self.chunks = 0  # chunks that arrived, and the bytes of their text: what any count is checked against
+        self.text_bytes = 0
+        self.tokens_at_poll = 0
         self.rounds = Counts()
         self.prompt = Counts()
         self.finish_reason: str | None = None
@@ -132,6 +140,13 @@ class _Answer:
         self._next_poll = 0.0
         self.live_rounds_server_wide = caps.kind.live_server_counters(caps.metrics)
         self.observe: Callable[[dict], None] | None = None
+        self.cut = False  # the client ended the answer at max_tokens
+
+    @property
+    def arrived(self) -> int:
+        """The most tokens what arrived can hold: one per chunk or per byte of text, plus a little slack.
+        Every count a server claims is checked against it before anything loops over it."""
+        return self.chunks + self.text_bytes + CLAIM_SLACK
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -144,9 +159,12 @@ class _Answer:
             if data.strip() == "[DONE]":
                 break
             chunk = self._parse(data)
+            self.chunks += 1
             if self.observe is not None:
                 self.observe(chunk)
             yield from self._chunk(chunk)
+            if self.finish_reason == "length" and self.cut:
+                break  # past max_tokens: leaving the block closes the stream
             if self.live_rounds_server_wide and time.perf_counter() >= self._next_poll:
                 yield from self._poll_counters()
         if not cancel.cancelled:
@@ -154,8 +172,8 @@ class _Answer:
 
     def _parse(self, data: str) -> dict:
         try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError):
+            chunk = loads(data)
+        except ValueError:  # not JSON, or nested too deep
             raise ServerError(f"{self.where} sent a malformed chunk ({data[:60]!r})") from None
         if not isinstance(chunk, dict):
             raise ServerError(f"{self.where} sent a chunk that is not an object")
@@ -167,8 +185,12 @@ class _Answer:
 
     def _chunk(self, chunk: dict) -> Iterator[Event]:
         text = self._delta_text(chunk)
+        self.text_bytes += len(text.encode("utf-8", "replace"))
         timings = chunk.get("timings")
         t = Timings.parse(timings, self.where) if timings is not None else None
+        if t is not None and t.predicted_n > self.arrived:
+            raise ServerError(f"{self.where} claims {t.predicted_n} tokens generated but sent {self.chunks} chunks "
+                              f"of {self.text_bytes} bytes; the server is misbehaving")
         if t is not None and self.t_first is None and (t.prompt_n or t.cache_n):
             self.prompt = Counts.of_answer(0, 0.0, prompt_tokens=t.prompt_n + t.cache_n, reused_tokens=t.cache_n,
                                            prefill_s=t.prompt_ms / 1e3)
@@ -182,6 +204,10 @@ class _Answer:
         if isinstance(usage, dict):
             self._usage(usage)
         self._summaries(chunk)
+        if self.max_tokens > 0 and (self.tokens + len(origins) > self.max_tokens
+                                    or self.text_bytes > self.max_tokens * BYTES_PER_TOKEN):
+            self.cut, self.finish_reason = True, "length"  # the server streams past max_tokens: end it here
+            return
         if origins or text:
             now = time.perf_counter()
             if self.t_first is None:
@@ -237,6 +263,11 @@ class _Answer:
     def _summaries(self, chunk: dict) -> None:
         """The answer's own speculation summary, in whichever chunk this server version puts it."""
         found = self.caps.kind.summary(chunk, self.where)
+        if found is not None:
+            steps = max(found.steps or 0, len(found.per_step or ()))
+            if steps > self.arrived:
+                raise ServerError(f"{self.where} reports {steps} verification steps for an answer of "
+                                  f"{self.chunks} chunks; the server is misbehaving")
         self.request_spec = found or self.request_spec
 
     # -- vLLM's server-wide counters --------------------------------------------------------
@@ -257,6 +288,11 @@ class _Answer:
         self._counters_last = now
         if d is None or d.drafts <= 0:
             return
+        new_tokens = max(self.tokens - self.tokens_at_poll, 1)
+        self.tokens_at_poll = self.tokens
+        if d.drafts > new_tokens:  # server-wide, maybe other requests too: this answer's share at most
+            scale = new_tokens / d.drafts
+            d = SpecCounters(new_tokens, round(d.draft_tokens * scale), round(d.accepted * scale))
         # the steps between two scrapes as one round with their mean draft (server-wide figures: which of
         # them were fully accepted is not in the counters, so the answer's sequence acceptance stays undefined)
         self.server_wide = SpecCounters(self.server_wide.drafts + d.drafts,
@@ -279,7 +315,8 @@ class _Answer:
     def done(self, reason: StopReason, message: str = "") -> Done:
         tokens = self.tokens
         if self.usage_tokens is not None and not self.caps.kind.per_round:
-            tokens = self.usage_tokens  # several tokens per chunk happen (stream intervals, held-back text)
+            claimed = min(self.usage_tokens, self.arrived, *((self.max_tokens,) if self.max_tokens > 0 else ()))
+            tokens = claimed  # what the server claims, checked against what arrived  # several tokens per chunk happen (stream intervals, held-back text)
         decode_s = (self.t_last - self.t_first) if self.t_first is not None and self.t_last is not None else 0.0
         counts = Counts.of_answer(tokens, decode_s, prompt_tokens=self.prompt.prompt_tokens,
                                   reused_tokens=self.prompt.reused_tokens, prefill_s=self.prompt.prefill_s)

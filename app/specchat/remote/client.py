@@ -9,25 +9,37 @@ SGLang, any OpenAI-compatible one); the kind that recognises the server says the
 from __future__ import annotations
 
 import contextlib
-import json
-import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 
-from specchat.cancel import shut_socket
+from specchat.bounded_json import loads
+from specchat.cancel import Cancelled, CancelToken, DeadlinePassed
 
 from .counters import ServerMetrics, parse_dcgm, parse_metrics
 from .errors import ServerError
 from .kinds import Probe, Said, ServerKind, as_int, kind_named, recognise
+from .reader import (
+    CONNECT_S,
+    DCGM_CAP,
+    ERROR_CAP,
+    GET_S,
+    JSON_CAP,
+    LINE_CAP,
+    METRICS_CAP,
+    PROBE_S,
+    STALL_S,
+    Guard,
+    error_line,
+    read_body,
+)
 from .servers import ServerConfig
 
-MAX_JSON_BYTES = 8 << 20  # /props of a big model with its chat template is ~100 KB
-MAX_EVENT_BYTES = 1 << 20  # one streamed chunk; real ones are a few hundred bytes
-CONNECT_S = 5.0
-READ_S = 120.0  # the longest a server may think before its next chunk (a long prefill on a big prompt)
+MAX_EVENT_BYTES = LINE_CAP  # one streamed chunk; real ones are a few hundred bytes
+READ_S = STALL_S  # the longest a server may think before its next chunk (a long prefill on a big prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,29 +99,20 @@ def _explain_http(server: ServerConfig, exc: Exception) -> ServerError:
     return ServerError(f"{where}: {type(exc).__name__}: {str(exc)[:160]}")
 
 
-def _error_text(body: bytes) -> str:
-    """The message in an error body (OpenAI, vLLM and llama.cpp put it in ``error.message``)."""
-    try:
-        doc = json.loads(body[:65536].decode("utf-8", "replace"))
-    except ValueError:
-        return body[:200].decode("utf-8", "replace").strip()
-    if isinstance(doc, dict):
-        err = doc.get("error", doc)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail") or ""
-            return str(msg)[:300]
-        if isinstance(err, str):
-            return err[:300]
-    return ""
-
-
 class ServerClient:
-    """One server's HTTP client (owns its connection pool; ``close()`` or use ``with``)."""
+    """One server's HTTP client (owns its connection pool; ``close()`` or use ``with``).
+
+    Every request runs under a :class:`~.reader.Guard` (:mod:`.reader`: byte caps, deadlines,
+    cancel): ``close()`` from any thread ends whatever is in flight at once."""
 
     def __init__(self, server: ServerConfig, api_key: str = "", *, read_s: float = READ_S) -> None:
         self.server = server
         self.where = f"server {server.name} ({server.url})"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.read_s = read_s
+        self._closed = CancelToken()
+        self._probe_end: float | None = None  # the probe's overall deadline and cancel, while it runs
+        self._probe_cancel: CancelToken | None = None
+        headers = {"Accept-Encoding": "identity"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         verify: Any = server.ca_file if server.verify_tls and server.ca_file else server.verify_tls
         if isinstance(verify, str):
             import ssl
@@ -118,8 +121,13 @@ class ServerClient:
                 verify = ssl.create_default_context(cafile=verify)
             except (OSError, ssl.SSLError) as exc:
                 raise ServerError(f"{self.where}: cannot use the CA file {server.ca_file}: {exc}") from None
+        # no keep-alive: every request connects, so its guard knows its socket before a byte is sent
+        limits = httpx2.Limits(max_keepalive_connections=0)
         self._http = httpx2.Client(base_url=server.url, headers=headers, verify=verify, follow_redirects=False,
-                                   timeout=httpx2.Timeout(read_s, connect=CONNECT_S))
+                                   timeout=httpx2.Timeout(read_s, connect=CONNECT_S), limits=limits)
+        self._dcgm = httpx2.Client(headers={"Accept-Encoding": "identity"}, verify=server.verify_tls,
+                                   follow_redirects=False, timeout=httpx2.Timeout(GET_S, connect=CONNECT_S),
+                                   limits=limits) if server.dcgm_url else None
 
     def __enter__(self) -> ServerClient:
         return self
@@ -128,35 +136,69 @@ class ServerClient:
         self.close()
 
     def close(self) -> None:
+        """Close the client; a request in flight in another thread ends at once."""
+        self._closed.cancel()
         self._http.close()
+        if self._dcgm is not None:
+            self._dcgm.close()
+
+    def guard(self, cancel: CancelToken | None, deadline_s: float) -> Guard:
+        """A guard for one request: cancelled by ``cancel`` and by ``close()``, within the probe's deadline."""
+        return Guard((self._closed, cancel or self._probe_cancel), deadline_s, self._probe_end)
+
+    def _ended(self, guard: Guard, what: str, exc: Exception | None = None) -> ServerError:
+        """Why a guarded request ended early, as one line."""
+        if guard.expired:
+            return ServerError(f"{self.where}: {what} did not answer within {guard.deadline_s:g} s")
+        if self._closed.cancelled:
+            return ServerError(f"{self.where}: closed")
+        if guard.token.cancelled:
+            return ServerError(f"{self.where}: stopped")
+        assert exc is not None
+        return _explain_http(self.server, exc)
 
     # -- plain requests ----------------------------------------------------------------
 
-    def get(self, path: str, *, timeout: float = 10.0) -> httpx2.Response:
-        """GET ``path`` (any status); ServerError when the server cannot be reached."""
-        try:
-            with self._http.stream("GET", path, timeout=timeout) as r:
-                body = b""
-                for piece in r.iter_bytes():
-                    body += piece
-                    if len(body) > MAX_JSON_BYTES:
-                        raise ServerError(f"{self.where}: {path} answered more than {MAX_JSON_BYTES >> 20} MiB")
-                return httpx2.Response(r.status_code, headers=r.headers, content=body, request=r.request)
-        except httpx2.HTTPError as exc:
-            raise _explain_http(self.server, exc) from None
+    def get(self, path: str, *, timeout: float = GET_S, cap: int = JSON_CAP, cancel: CancelToken | None = None,
+            http: httpx2.Client | None = None) -> httpx2.Response:
+        """GET ``path`` (any status; an error body cut to 64 KiB), headers and body within ``timeout`` s;
+        ServerError when the server cannot be reached, answers more than ``cap`` bytes, or is too slow."""
+        guard = self.guard(cancel, timeout)
+        client = http or self._http
+        read_timeout = httpx2.Timeout(min(self.read_s, timeout), connect=min(CONNECT_S, timeout))
 
-    def get_json(self, path: str, *, timeout: float = 10.0) -> Any:
+        def call() -> httpx2.Response:
+            with client.stream("GET", path, timeout=read_timeout, extensions={"trace": guard.trace}) as r:
+                error = r.status_code >= 400
+                body = read_body(r, guard, cap=ERROR_CAP if error else cap, what=f"{self.where}: {path}", cut=error)
+                return httpx2.Response(r.status_code, headers=r.headers, content=body, request=r.request)
+
+        try:
+            return guard.run(call)
+        except (DeadlinePassed, Cancelled):
+            raise self._ended(guard, path) from None
+        except httpx2.HTTPError as exc:
+            raise self._ended(guard, path, exc) from None
+        finally:
+            guard.release()
+
+    def get_json(self, path: str, *, timeout: float = GET_S) -> Any:
         r = self.get(path, timeout=timeout)
         self.raise_for_status(r, path)
+        return self.parse_json(r.content, path)
+
+    def parse_json(self, data: bytes | str, what: str) -> Any:
+        """A JSON document from this server (nesting bounded); ServerError, one line, for anything else."""
         try:
-            return json.loads(r.content.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise ServerError(f"{self.where}: {path} did not answer JSON") from None
+            return loads(data)
+        except ValueError as exc:  # not JSON, bad UTF-8, nested too deep
+            why = f" ({exc})" if "nested" in str(exc) else ""
+            raise ServerError(f"{self.where}: {what} did not answer JSON{why}") from None
 
     def raise_for_status(self, r: httpx2.Response, path: str) -> None:
         if r.status_code < 400:
             return
-        detail = _error_text(r.content)
+        detail = error_line(r.content)
         if r.status_code in (401, 403):
             raise ServerError(f"{self.where} refused the API key (HTTP {r.status_code}"
                               + (f": {detail}" if detail else "") + "): set the right key in Settings → Servers "
@@ -166,9 +208,9 @@ class ServerClient:
                               "it may still be loading its model; try again shortly")
         raise ServerError(f"{self.where}: {path} failed with HTTP {r.status_code}" + (f": {detail}" if detail else ""))
 
-    def metrics(self) -> ServerMetrics | None:
+    def metrics(self, cancel: CancelToken | None = None) -> ServerMetrics | None:
         """The server's Prometheus counters; None when it serves none (llama-server without --metrics)."""
-        r = self.get("/metrics", timeout=5.0)
+        r = self.get("/metrics", timeout=5.0, cap=METRICS_CAP, cancel=cancel)
         if r.status_code in (404, 501) or r.status_code >= 500:
             return None
         self.raise_for_status(r, "/metrics")
@@ -176,20 +218,31 @@ class ServerClient:
 
     def gpu_memory(self) -> tuple:
         """The server box's GPU memory from its dcgm-exporter (``dcgm_url``); () when none is set."""
-        if not self.server.dcgm_url:
+        if not self.server.dcgm_url or self._dcgm is None:
             return ()
         try:
-            r = httpx2.get(self.server.dcgm_url, timeout=5.0, verify=self.server.verify_tls)
-        except httpx2.HTTPError as exc:
-            raise ServerError(f"GPU exporter {self.server.dcgm_url}: {type(exc).__name__}: {str(exc)[:120]}") from None
-        if r.status_code != 200 or len(r.content) > MAX_JSON_BYTES:
-            raise ServerError(f"GPU exporter {self.server.dcgm_url} answered HTTP {r.status_code}")
-        return parse_dcgm(r.text, self.server.dcgm_url)
+            r = self.get(self.server.dcgm_url, timeout=5.0, cap=DCGM_CAP, http=self._dcgm)
+        except ServerError as exc:
+            raise ServerError(f"GPU exporter {self.server.dcgm_url}: {str(exc).removeprefix(self.where + ': ')}"
+                              ) from None
+        if r.status_code != 200:
+            detail = error_line(r.content)
+            raise ServerError(f"GPU exporter {self.server.dcgm_url} answered HTTP {r.status_code}"
+                              + (f": {detail}" if detail else ""))
+        return parse_dcgm(r.content.decode("utf-8", "replace"), self.server.dcgm_url)
 
     # -- capabilities --------------------------------------------------------------------
 
-    def probe(self) -> Capabilities:
-        """Connect and read what the server is and can report (a few small GETs, no generation)."""
+    def probe(self, *, deadline_s: float = PROBE_S, cancel: CancelToken | None = None) -> Capabilities:
+        """Connect and read what the server is and can report (a few small GETs, no generation), all of it
+        within ``deadline_s`` whatever the server does; ``cancel`` ends it at once."""
+        self._probe_end, self._probe_cancel = time.monotonic() + deadline_s, cancel
+        try:
+            return self._probe()
+        finally:
+            self._probe_end, self._probe_cancel = None, None
+
+    def _probe(self) -> Capabilities:
         health = self.get("/health", timeout=10.0)
         if health.status_code == 503:
             self.raise_for_status(health, "/health")
@@ -219,64 +272,106 @@ class ServerClient:
     # -- streaming ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def stream_events(self, path: str, body: dict) -> Iterator[StreamedEvents]:
-        """POST ``body`` and iterate its Server-Sent Events' data; ``stop()`` ends it from any thread."""
+    def stream_events(self, path: str, body: dict, cancel: CancelToken | None = None) -> Iterator[StreamedEvents]:
+        """POST ``body`` and iterate its Server-Sent Events' data.  ``cancel`` (or ``stop()``, or ``close()``)
+        ends it from any thread at once, while connecting, waiting for headers or reading events."""
+        guard = self.guard(cancel, self.read_s)
+
+        def call() -> httpx2.Response:
+            request = self._http.build_request("POST", path, json=body, extensions={"trace": guard.trace})
+            r = self._http.send(request, stream=True)
+            if r.status_code >= 400:
+                try:
+                    content = read_body(r, guard, cap=ERROR_CAP, what=f"{self.where}: {path}", cut=True)
+                finally:
+                    r.close()
+                return httpx2.Response(r.status_code, content=content)
+            return r
+
         try:
-            with self._http.stream("POST", path, json=body) as r:
-                if r.status_code >= 400:
-                    content = r.read()[:MAX_JSON_BYTES]
-                    self.raise_for_status(httpx2.Response(r.status_code, content=content), path)
-                yield StreamedEvents(r, self)
-        except httpx2.HTTPError as exc:
-            raise _explain_http(self.server, exc) from None
+            try:
+                r = guard.run(call, name="specchat-stream-open")
+            except (DeadlinePassed, Cancelled):
+                raise self._ended(guard, path) from None
+            except httpx2.HTTPError as exc:
+                raise self._ended(guard, path, exc) from None
+            if r.status_code >= 400:
+                self.raise_for_status(r, path)
+            try:
+                yield StreamedEvents(r, self, guard)
+            finally:
+                r.close()
+        finally:
+            guard.release()
 
 
 class StreamedEvents:
     """The ``data`` of each Server-Sent Event of one response (comments and pings skipped).
 
-    Written here rather than taken from httpx-sse, which imports httpx, not httpx2 (two
-    HTTP stacks for one 30-line loop).  ``stop()`` shuts the socket down, which wakes a
-    read blocked in another thread at once (closing it would not); the server sees the
-    client go and stops generating.
+    Written here rather than taken from httpx-sse, which imports httpx, not httpx2.  Bounded:
+    the line being assembled is capped at :data:`~.reader.LINE_CAP` (checked on every piece
+    read, not once a line is whole), an event's data too, and :data:`~.reader.STALL_S` (the
+    client's ``read_s``) without a complete event ends it.  ``stop()`` cancels the request's
+    guard, which shuts the socket down: a read blocked in another thread returns at once
+    (closing it would not); the server sees the client go and stops generating.
     """
 
-    def __init__(self, response: httpx2.Response, client: ServerClient) -> None:
+    def __init__(self, response: httpx2.Response, client: ServerClient, guard: Guard) -> None:
         self._r = response
         self._client = client
+        self._guard = guard
         self.stopped = False
-        stream = response.extensions.get("network_stream")
-        self._socket: socket.socket | None = stream.get_extra_info("socket") if stream is not None else None
 
     def stop(self) -> None:
         self.stopped = True
-        if self._socket is not None:
-            shut_socket(self._socket)
+        self._guard.token.cancel()
 
     def __iter__(self) -> Iterator[str]:
+        where = self._client.where
+        stall_s = self._client.read_s
         data: list[str] = []
         size = 0
+        buf = bytearray()
+        last = time.monotonic()
         try:
-            for line in self._r.iter_lines():
-                if self.stopped:
+            for piece in self._r.iter_bytes():
+                if self.stopped or self._guard.token.cancelled:
                     return
-                if not line:  # an event ends
-                    if data:
-                        yield "\n".join(data)
-                    data, size = [], 0
-                    continue
-                if line.startswith(":"):
-                    continue
-                name, _, value = line.partition(":")
-                if name == "data":
-                    value = value[1:] if value.startswith(" ") else value
-                    size += len(value)
-                    if size > MAX_EVENT_BYTES:
-                        raise ServerError(f"{self._client.where} sent a chunk larger than {MAX_EVENT_BYTES >> 20} MiB")
-                    data.append(value)
+                buf += piece
+                start = 0
+                while (end := buf.find(b"\n", start)) >= 0:
+                    line = bytes(buf[start:end]).removesuffix(b"\r").decode("utf-8", "replace")
+                    start = end + 1
+                    if not line:  # an event ends
+                        if data:
+                            last = time.monotonic()
+                            yield "\n".join(data)
+                            if self.stopped:
+                                return
+                        data, size = [], 0
+                        continue
+                    if line.startswith(":"):
+                        continue
+                    name, _, value = line.partition(":")
+                    if name == "data":
+                        value = value[1:] if value.startswith(" ") else value
+                        size += len(value)
+                        if size > LINE_CAP:
+                            raise ServerError(f"{where} sent a chunk larger than {LINE_CAP >> 20} MiB")
+                        data.append(value)
+                del buf[:start]
+                if len(buf) > LINE_CAP:
+                    raise ServerError(f"{where} sent a line longer than {LINE_CAP >> 20} MiB")
+                if time.monotonic() - last > stall_s:
+                    raise ServerError(f"{where} sent no complete chunk for {stall_s:g} s")
+            if buf.strip() and not self.stopped:  # the last line, without its newline
+                line = bytes(buf).decode("utf-8", "replace")
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
             if data and not self.stopped:
                 yield "\n".join(data)
         except httpx2.HTTPError as exc:
-            if self.stopped:
+            if self.stopped or self._guard.token.cancelled:
                 return
             raise _explain_http(self._client.server, exc) from None
 

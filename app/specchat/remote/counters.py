@@ -46,7 +46,6 @@ The fixtures in ``tests/remote/fixtures`` carry the exact sources of every name.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +54,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from specchat import metrics
+from specchat.bounded_json import loads
 from specchat.remote.errors import ServerError
 
 MAX_METRICS_CHARS = 8 << 20  # a /metrics page is tens of KiB; a bigger one is not a metrics page
@@ -331,8 +331,8 @@ def parse_json(text: str | bytes, where: str) -> object:
         raise ServerError(f"{where}: sent an answer over {MAX_JSON_CHARS >> 20} MiB or not text; "
                           "check that the address is an OpenAI-compatible server")
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, nesting deeper than the stack
+        return loads(text)
+    except ValueError:  # JSONDecodeError, bad UTF-8, nesting deeper than bounded_json allows
         raise ServerError(f"{where}: sent malformed JSON; check that the address is an "
                           "OpenAI-compatible server") from None
 

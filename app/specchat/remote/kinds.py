@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 import httpx2
 
+from specchat.bounded_json import loads
 from specchat.engine.settings import SamplingSettings, Structured, StructuredOutput
 
 from .counters import RequestSpec, ServerMetrics, sglang_request_spec, vllm_chunk_spec
@@ -61,8 +62,8 @@ class Probe:
     def parse(r: httpx2.Response) -> Any:
         if r.status_code != 200:
             return None
-        with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
-            return json.loads(r.content.decode("utf-8"))
+        with contextlib.suppress(ValueError):  # not JSON, bad UTF-8, nested too deep (bounded_json)
+            return loads(r.content.decode("utf-8"))
         return None
 
 
@@ -299,7 +300,7 @@ def as_int(v: Any) -> int | None:
 
 def _is_llama_health(r: httpx2.Response) -> bool:
     try:
-        doc = json.loads(r.content.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = loads(r.content.decode("utf-8"))
+    except ValueError:
         return False
     return isinstance(doc, dict) and doc.get("status") == "ok"
