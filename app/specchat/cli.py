@@ -278,15 +278,15 @@ def _print_answer(events) -> int:
                 out.flush()
         elif isinstance(ev, Fallback):
             print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
-        elif isinstance(ev, Error):
+        elif isinstance(ev, Error):  # the model, the grammar or the server failed: never a bug of ours (those raise)
             print(f"\nspecchat: {ev.message}", file=sys.stderr)
-            rc = 1
+            rc = EXIT_BAD_INPUT
         elif isinstance(ev, Done):
             s = ev.stats
             print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s or 0:.0f} tok/s"
                   f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))
             if ev.stop_reason.value == "error":
-                rc = EXIT_BAD_INPUT if "prompt is" in ev.message else 1
+                rc = EXIT_BAD_INPUT
     return rc
 
 

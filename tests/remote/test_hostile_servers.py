@@ -148,9 +148,9 @@ def _cli(args: list[str], tmp_path) -> tuple[int, str, int]:
 
 
 @pytest.mark.parametrize("mode, flags, rc, says", [
-    ("endless_line", [], 1, "line longer than 1 MiB"),
+    ("endless_line", [], 2, "line longer than 1 MiB"),
     ("past_max_tokens", ["--max-tokens", "8"], 0, ""),
-    ("huge_error", [], 1, "refused the API key"),
+    ("huge_error", [], 2, "refused the API key"),
 ])
 def test_the_cli_against_a_hostile_server_ends_in_one_line_within_200_mb(mode, flags, rc, says, tmp_path):
     with HostileServer("past_max_tokens") as normal:
