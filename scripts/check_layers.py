@@ -1,8 +1,8 @@
 """Layer rules import-linter cannot express, checked on every import statement (those inside
 functions too):
 
-- workers/ may use Qt's QtCore only (no widgets, no GUI);
-- ui/ may import only what :data:`UI_ALLOWED` names: the workers, the store, metrics,
+- workers/ and services/ may use Qt's QtCore only (no widgets, no GUI);
+- ui/ may import only what :data:`UI_ALLOWED` names: the workers, the services, the store, metrics,
   telemetry, config, the profile, the pair loader and the public types of engine and
   models.  Never ``engine.runtime`` (which loads llama.cpp), the generation loop or its
   parts, and never ``llama_cpp`` itself: llama.cpp runs in the generation thread;
@@ -25,6 +25,7 @@ UI_ALLOWED = (
     "specchat",  # the package itself: __version__
     "specchat.ui",
     "specchat.workers",
+    "specchat.services",
     "specchat.store",
     "specchat.metrics",
     "specchat.telemetry",
@@ -87,10 +88,10 @@ def _package(path: Path) -> str:
 
 def breaches() -> list[str]:
     out = []
-    for path in sorted((ROOT / "workers").rglob("*.py")):
+    for path in sorted([*(ROOT / "workers").rglob("*.py"), *(ROOT / "services").rglob("*.py")]):
         for line, name in imports(path, _package(path)):
             if name.startswith("PySide6") and name not in ALLOWED_QT:
-                out.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {name} (workers: QtCore only)")
+                out.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {name} ({path.parent.name}: QtCore only)")
     for path in sorted((ROOT / "ui").rglob("*.py")):
         for line, name in imports(path, _package(path)):
             if name == "llama_cpp" or name.startswith("llama_cpp."):

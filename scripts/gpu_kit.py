@@ -668,8 +668,8 @@ def _consume(events: Iterable[Any]) -> tuple[Any, list[Any]]:
 def measure_plain(pair: Any, prompt: list[int], *, max_tokens: int, repeats: int) -> list[dict[str, float]]:
     """Plain decode through ``pair.generate(mode=baseline)`` and, right after, llama-bench-style raw
     decode on the same prompt, depth and count (``bench.raw_decode_rate``): the bench's reference."""
-    from specchat.engine.bench import raw_decode_rate
     from specchat.engine.settings import Mode
+    from specchat.harness.bench import raw_decode_rate
 
     runs = []
     for _ in range(repeats):
@@ -1091,7 +1091,7 @@ def run_simulate(profile: Path, site: Path) -> str:
         head = f"$ specchat simulate --trace docs/traces/{trace.name} --profile {profile.name}"
         body = res.stdout + res.stderr
         if res.returncode != 0 and "simulate" in body and "unknown command" in body.lower():
-            body = "specchat simulate is not there yet (engine/simulate.py): " + body.strip() + "\n"
+            body = "specchat simulate is not there yet (harness/simulate.py): " + body.strip() + "\n"
         parts.append(f"{head}\n{body}(exit {res.returncode})\n")
     return "\n".join(parts)
 
@@ -1353,7 +1353,7 @@ def contender_names() -> dict[str, str]:
 
 def bench_table(doc: dict[str, Any]) -> list[str]:
     """The markdown rows of one alpha's bench (every prompt pooled), x SpecChat plain."""
-    from specchat.engine.bench import BenchRun, median_runs, summarize
+    from specchat.harness.bench import BenchRun, median_runs, summarize
     from specchat.metrics import Counts
 
     runs = [BenchRun.from_json(r) for r in doc["runs"]]

@@ -136,10 +136,10 @@ def main() -> int:
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.profile import Profile
+    from specchat.services.answers import Phase
     from specchat.store import ChatSettings, open_store
     from specchat.ui import conversation
     from specchat.ui.session import AppSession
-    from specchat.workers.answers import Phase
 
     gui_thread = QThread.currentThread()
 

@@ -1,6 +1,6 @@
 """Render the Models dialog with the pinned test models: Installed (a refused draft shown with its
 reason), Search the hub and Find a draft, the last two against the local hub server of the tests
-(tests/models/hub_server.py) serving the real test models under their hub names.
+(tests/helpers/hub_server.py) serving the real test models under their hub names.
 
     python scripts/screenshot_models.py docs/screenshot-models.png [--hub docs/screenshot-hub-search.png]
                                         [--finder docs/screenshot-draft-finder.png]
@@ -41,9 +41,8 @@ def _wait(app, until, timeout_s: float = 60.0) -> None:  # noqa: ANN001
 
 def _serve(tmp: Path):  # noqa: ANN202
     """The local hub with the real test models (and a split copy of a small one, to show a split entry)."""
-    from hub_server import HubServer, point_huggingface_hub_at, write_split_gguf
-
     import test_models
+    from helpers.hub_server import HubServer, point_huggingface_hub_at, write_split_gguf
 
     server = HubServer()
     for name, repo in REPOS.items():
@@ -87,9 +86,9 @@ def main() -> int:
     import test_models
     from specchat.models.catalog import CatalogModel, CatalogPair
     from specchat.models.registry import Registry
+    from specchat.services.download import DownloadService
+    from specchat.services.hub import HubTasks
     from specchat.ui.models_dialog import ModelsDialog
-    from specchat.workers.download import DownloadService
-    from specchat.workers.hub_tasks import HubTasks
 
     app = QApplication([])
     tmp = Path(tempfile.mkdtemp())

@@ -4,7 +4,7 @@ and an answer's highlighted Python block.
     python scripts/screenshot_themes.py docs/screenshot-theme-light.png docs/screenshot-theme-dark.png
                                         [--code docs/screenshot-code-highlight.png]
 
-No model: the answers stream from the fake pair of the tests (tests/fakes.py) through the real
+No model: the answers stream from the fake pair of the tests (tests/helpers/fakes.py) through the real
 generation thread, controller and window, so the telemetry panel plots real rounds; one earlier
 answer, with a longer Python block, is in the chat's history as the store keeps it.
 """
@@ -73,7 +73,7 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from fakes import FakePairFactory, FakeSpec
+    from helpers.fakes import FakePairFactory, FakeSpec
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.profile import Profile

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import test_models  # noqa: E402  (scripts/test_models.py)
-from tiers import inner  # noqa: E402  (tests/tiers.py)
+from helpers.tiers import inner  # noqa: E402  (tests/helpers/tiers.py)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -34,7 +34,7 @@ MODEL_FIXTURES = frozenset({"qwen_target", "qwen_draft", "gemma", "smollm"})
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses a real model file, directly or through another fixture, is ``real_models``:
     the fast tier (``-m "not real_models"``) can never start a 1 GB download by accident.  The others
-    in the inner loop (tests/tiers.py) are ``inner``, but any marked ``slow``."""
+    in the inner loop (tests/helpers/tiers.py) are ``inner``, but any marked ``slow``."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_models)

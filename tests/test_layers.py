@@ -36,7 +36,7 @@ def test_a_widget_import_in_a_worker_is_reported(tmp_path, monkeypatch):
 def test_ui_reaching_the_runtime_or_llama_cpp_is_reported_even_inside_a_function(tmp_path, monkeypatch):
     found = fake_tree(tmp_path, monkeypatch, {
         "ui/bad.py": ("from specchat.store import Store\n"
-                      "from specchat.workers.answers import AnswerService\n"
+                      "from specchat.services.answers import AnswerService\n"
                       "from specchat.engine.events import Done\n"
                       "def about():\n    from specchat.engine.runtime import backend_info\n"
                       "import llama_cpp\n"

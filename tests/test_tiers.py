@@ -1,8 +1,8 @@
-"""The inner loop (``pytest -m inner``) is a list of places in tests/tiers.py: it must not rot."""
+"""The inner loop (``pytest -m inner``) is a list of places in tests/helpers/tiers.py: it must not rot."""
 
 from pathlib import Path
 
-import tiers
+import helpers.tiers as tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 

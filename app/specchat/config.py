@@ -164,7 +164,7 @@ class ConfigChange:
     """New settings took force: which keys changed, and the settings before and after.
 
     Made by :meth:`AppConfig.change_to`; whoever holds the settings in force announces it (the
-    window's :class:`specchat.workers.settings.SettingsHolder`), and each listener reads the keys
+    window's :class:`specchat.services.settings.SettingsHolder`), and each listener reads the keys
     it cares about.
     """
 

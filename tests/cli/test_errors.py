@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat import cli
+from specchat.cli import commands as cli
 from specchat.errors import UserError, one_line
 from specchat.profile import Profile
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from specchat.engine.simulate import shipped_profiles
-from specchat.engine.trace import PromptTrace, Trace, load_trace
+from specchat.harness.simulate import shipped_profiles
+from specchat.harness.trace import PromptTrace, Trace, load_trace
 
 
 def specchat(*args: object, timeout: float = 600) -> subprocess.CompletedProcess:

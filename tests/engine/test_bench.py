@@ -6,7 +6,7 @@ import pytest
 
 from specchat import metrics
 from specchat.engine import Mode
-from specchat.engine.bench import BenchRun, summarize
+from specchat.harness.bench import BenchRun, summarize
 from specchat.metrics import Counts
 
 # docs/ARCHITECTURE.md, "Command line contract": scripts read these keys of every run

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from fakes import FakeModel, FakeSpec
+from helpers.fakes import FakeModel, FakeSpec
 from specchat.engine import calibration
 from specchat.engine.runtime import LoadCancelled, LoadedModel, ModelOptions
 

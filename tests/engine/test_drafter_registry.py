@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakes import FakeSpec, fake_pair
+from helpers.fakes import FakeSpec, fake_pair
 from specchat.engine import Mode, RoundStats
 from specchat.engine import drafters as registry
 from specchat.engine.drafting import Drafted, DrafterKind, Offer, PlanView, ReplayContext, Replayed
 from specchat.engine.pair import PairConfig
 from specchat.engine.settings import ControllerSettings, Drafter
-from specchat.engine.simulate import Clock, CostProfile, Policy, answer, controller_for
-from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import record_prompt
+from specchat.harness.simulate import Clock, CostProfile, Policy, answer, controller_for
+from specchat.harness.suite import BenchPrompt
+from specchat.harness.trace import record_prompt
 
 MSGS = ({"role": "user", "content": "hello"},)
 K = 3

@@ -1,4 +1,4 @@
-"""The generation loop and the controller on the fake table model (tests/fakes.py): no GGUF file.
+"""The generation loop and the controller on the fake table model (tests/helpers/fakes.py): no GGUF file.
 
 The fake's target is a table, so the right answer is known in advance: every mode must
 emit exactly the target's greedy answer (lossless), whatever the draft gets wrong.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes import ANSWERS, FakeSpec, fake_pair
+from helpers.fakes import ANSWERS, FakeSpec, fake_pair
 from specchat.engine import Done, Fallback, Mode, RoundStats, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken, PairConfig
 

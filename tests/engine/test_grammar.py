@@ -18,8 +18,8 @@ from specchat.engine.grammar import (
     schema_to_gbnf,
 )
 from specchat.engine.settings import GrammarError, SamplingSettings, StructuredOutput
-from specchat.engine.suite import BUILTIN, load_suite, with_schemas
 from specchat.errors import UserError
+from specchat.harness.suite import BUILTIN, load_suite, with_schemas
 
 
 def one_line_error(call, *args) -> str:

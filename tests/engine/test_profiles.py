@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-PROFILES_DIR = Path(str(files("specchat.engine") / "profiles"))
+PROFILES_DIR = Path(str(files("specchat.harness") / "profiles"))
 SHIPPED = sorted(PROFILES_DIR.glob("*.json"))
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ def test_shipped_profile_is_valid(path: Path):
 def test_profiles_are_package_data():
     # without this entry a wheel install has no profiles and `simulate --profile NAME` finds nothing
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["specchat.engine"]
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["specchat.harness"]
     assert any(sorted(PROFILES_DIR.glob(Path(pattern).name)) == SHIPPED for pattern in patterns)
     assert "profiles/*.json" in patterns
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakeSpec, fake_pair
+from helpers.fakes import FakeSpec, fake_pair
 from specchat.engine import Done, Mode, RoundStats, TokensEmitted
 from specchat.engine.pair import PairConfig
 from specchat.engine.settings import ControllerSettings

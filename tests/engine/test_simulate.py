@@ -1,6 +1,6 @@
 """The simulator: the same rounds as the engine, the real controller's decisions, honest tables.
 
-The exactness tests run the real generation loop on the fake table model (tests/fakes.py),
+The exactness tests run the real generation loop on the fake table model (tests/helpers/fakes.py),
 record a trace of the same pair, and replay it: with a fixed K (no decision that depends on
 timing), every round the simulator produces must be the engine's round.
 """
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakeSpec, fake_pair
+from helpers.fakes import FakeSpec, fake_pair
 from specchat.engine import Mode, RoundStats
 from specchat.engine.pair import PairConfig
 from specchat.engine.settings import ControllerSettings, Drafter
-from specchat.engine.simulate import (
+from specchat.harness.simulate import (
     Clock,
     CostProfile,
     Policy,
@@ -33,8 +33,8 @@ from specchat.engine.simulate import (
     simulate,
     simulate_agreement,
 )
-from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import (
+from specchat.harness.suite import BenchPrompt
+from specchat.harness.trace import (
     PromptTrace,
     Trace,
     TraceError,
@@ -203,7 +203,7 @@ def test_replaying_the_bench_schedule_keeps_one_controller():
 
 def test_a_measured_profile_round_trips(tmp_path):
     from specchat.engine.controller import CostModel
-    from specchat.engine.simulate import measured_profile, save_profile
+    from specchat.harness.simulate import measured_profile, save_profile
 
     rounds = [RoundStats(i, Drafter.NONE, 0, 0, 0, 1, 0.0, 0.060 + 0.001 * (i % 3), 0.0002) for i in range(20)]
     rounds += [RoundStats(i, Drafter.MODEL, 3, 3, 2, 3, 0.1, 0.150, 0.0003) for i in range(6)]

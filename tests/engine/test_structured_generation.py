@@ -17,7 +17,7 @@ from specchat.engine.grammar import TOKEN_DATA, Grammar
 from specchat.engine.pair import PairConfig, SpeculativePair
 from specchat.engine.runtime import ModelOptions
 from specchat.engine.settings import StructuredOutput
-from specchat.engine.suite import BUILTIN
+from specchat.harness.suite import BUILTIN
 
 pytestmark = pytest.mark.real_models
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.suite import SuiteError, load_suite
+from specchat.harness.suite import SuiteError, load_suite
 
 
 def test_a_good_suite_loads_its_prompts(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from fakes import FakeModel, FakeSpec, fake_pair
+from helpers.fakes import FakeModel, FakeSpec, fake_pair
 from specchat.engine import chat
 from specchat.engine.chat import ChatFormat, TemplateCancelled, TemplateError
 from specchat.engine.pair import PairConfig, SpeculativePair

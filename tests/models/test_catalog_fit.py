@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from hub_server import REPO, serve_small_files
-
+from helpers.hub_server import REPO, serve_small_files
 from specchat.models.catalog import CatalogModel, CatalogPair
 from specchat.models.catalog_fit import catalog_fits
 from specchat.models.fit import estimate_files, fit_pair
@@ -71,7 +70,7 @@ def test_an_unreadable_header_keeps_the_size_estimate_and_says_why(tmp_path, mon
 
 
 def test_a_hub_that_is_down_gives_estimates_not_errors(tmp_path, monkeypatch):
-    from hub_server import point_huggingface_hub_at
+    from helpers.hub_server import point_huggingface_hub_at
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 from gguf import GGUFValueType
-from gguf_samples import write_gguf
 
+from helpers.gguf_samples import write_gguf
 from specchat.models.compatibility import TokenizerInfo, check_pair, check_tokenizers
 from specchat.models.gguf_header import GGUFError
 

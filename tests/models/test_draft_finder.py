@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf
 
 import test_models
-from conftest import REPOS
+from helpers.hub_server import REPOS, HubServer, point_huggingface_hub_at, write_small_gguf
 from specchat.cancel import CancelToken
 from specchat.models.catalog import CatalogModel, CatalogPair
 from specchat.models.draft_finder import family_of, find_drafts, target_entry

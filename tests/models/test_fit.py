@@ -9,8 +9,8 @@ import sys
 
 import pytest
 from gguf import GGUFValueType
-from gguf_samples import write_gguf
 
+from helpers.gguf_samples import write_gguf
 from specchat.models.fit import (
     GIB,
     FitError,

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
-from gguf_samples import gguf_bytes, gstr, header, kv, tensor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.gguf_samples import gguf_bytes, gstr, header, kv, tensor
 from specchat.models.compatibility import TokenizerInfo, check_tokenizers
 from specchat.models.fit import estimate_model
 from specchat.models.gguf_header import GGUFError, GGUFHeader, read_header

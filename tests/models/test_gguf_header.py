@@ -13,8 +13,19 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
-from gguf_samples import TOKENS, gguf_bytes, gstr, header, kv, kv_array, kv_str, kv_u32, tensor, with_data
 
+from helpers.gguf_samples import (
+    TOKENS,
+    gguf_bytes,
+    gstr,
+    header,
+    kv,
+    kv_array,
+    kv_str,
+    kv_u32,
+    tensor,
+    with_data,
+)
 from specchat.models.gguf_header import (
     GGUFError,
     GGUFHeader,

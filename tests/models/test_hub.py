@@ -1,4 +1,4 @@
-"""The hub download job, against a local hub (tests/models/hub_server.py) serving the real test models."""
+"""The hub download job, against a local hub (tests/helpers/hub_server.py) serving the real test models."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hub_server import COMMIT
 from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
 
 import test_models
+from helpers.hub_server import COMMIT
 from specchat.cancel import CancelToken
 from specchat.models import hub as hub_module
 from specchat.models.compatibility import check_pair

@@ -1,6 +1,6 @@
 """Hub and remote reads against a hostile or broken server: small generated files, fast tier.
 
-The local hub (tests/models/hub_server.py) serves a few kB GGUF written with the gguf
+The local hub (tests/helpers/hub_server.py) serves a few kB GGUF written with the gguf
 package, a text file, and files built to hurt: a header that claims a string of
 megabytes, a sparse multi-GB file.  Its hostile switches trickle bytes, stall, ignore
 Range, send huge error pages and craft ETags and commits.  Limits are passed small
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import FAKE_SHA, REPO, HubServer, serve_small_files
 from huggingface_hub import hf_hub_url
 
+from helpers.hub_server import FAKE_SHA, REPO, HubServer, serve_small_files
 from specchat.cancel import CancelToken
 from specchat.models.catalog import CatalogError, CatalogModel
 from specchat.models.gguf_header import GGUFError

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf
 
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf
 from specchat.errors import UserError
 from specchat.models.fit import estimate_files, fit_pair
 from specchat.models.hub import DownloadError

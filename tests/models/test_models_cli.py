@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import REPO, HubServer, serve_small_files
 
+from helpers.hub_server import REPO, HubServer, serve_small_files
 from specchat.models.catalog import CatalogModel, add_user_pair, load_catalog
 
 
@@ -297,7 +297,7 @@ def test_pull_of_a_small_model_registers_it(profile, small_hub):
 
 
 def test_rebuild_drops_the_missing_and_the_broken_and_keeps_the_rest(tmp_path):
-    from gguf_samples import write_gguf
+    from helpers.gguf_samples import write_gguf
 
     profile = tmp_path / "profile"
     files = [write_gguf(tmp_path / f"m{i}.gguf") for i in range(3)]

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf
+
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf
 
 SPLIT_REPO = "big/Huge-70B-Instruct-GGUF"
 

@@ -16,7 +16,7 @@ import test_server  # scripts/test_server.py, put on sys.path by tests/conftest.
 # Read now, at collection: tests/conftest.py moves XDG_CACHE_HOME to a temp dir for the session,
 # and the build lives in the user's real cache dir (like the test models).
 LLAMA_SERVER_ROOT = test_server.build_root()
-FAKE_LLAMA_SERVER = Path(__file__).with_name("fake_llama_server.py")
+FAKE_LLAMA_SERVER = Path(__file__).parents[1] / "helpers" / "fake_llama_server.py"
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +33,7 @@ def llama_server_binary() -> Path:
 
 @pytest.fixture
 def fake_llama_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An executable ``llama-server`` that runs tests/remote/fake_llama_server.py (its state,
+    """An executable ``llama-server`` that runs tests/helpers/fake_llama_server.py (its state,
     ``runs.jsonl``, in the launcher's directory; FAKE_LLAMA_* variables steer it)."""
     if os.name != "posix":
         pytest.skip("the fake llama-server's launcher is a shell script")

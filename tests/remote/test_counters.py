@@ -33,7 +33,7 @@ from specchat.remote.counters import (
 )
 from specchat.remote.errors import ServerError
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures"
 WHERE = "vllm at http://gpu-box:8000"
 FUZZ = settings(max_examples=300, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

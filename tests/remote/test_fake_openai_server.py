@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import httpx2
 import pytest
-from fake_openai_server import FakeServer, Script, wait_for
 from test_counters import STEPS, sse_events
 
+from helpers.fake_openai_server import FakeServer, Script, wait_for
 from specchat.remote.counters import delta, parse_metrics, sglang_request_spec, vllm_chunk_spec
 
 MODEL = "Qwen/Qwen3-8B"

@@ -1,4 +1,4 @@
-"""Each class of hostile server (tests/remote/hostile_server.py) ends in one line or a clean stop,
+"""Each class of hostile server (tests/helpers/hostile_server.py) ends in one line or a clean stop,
 keeps what was streamed, stays bounded in memory, and lets Stop and close through at once."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import threading
 
 import pytest
-from hostile_server import HostileServer, ask_chat
 
+from helpers.hostile_server import HostileServer, ask_chat
 from specchat.backend import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fake_openai_server import FakeServer
-
+from helpers.fake_openai_server import FakeServer
 from specchat.backend import AnswerRequest
 from specchat.engine.pair import CancelToken
 from specchat.remote import kinds

@@ -1,6 +1,6 @@
 """The managed llama-server: what a user relies on when SpecChat runs one for them.
 
-The fast tier runs tests/remote/fake_llama_server.py as the binary (its ``--help`` is the
+The fast tier runs tests/helpers/fake_llama_server.py as the binary (its ``--help`` is the
 real 0.3.36 text); the last test starts the real build on the Qwen pair.
 """
 

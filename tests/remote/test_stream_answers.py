@@ -1,5 +1,5 @@
 """Streamed answers from servers as engine events, against a real HTTP server speaking each
-server's documented formats (tests/remote/fake_openai_server.py; vLLM and SGLang cannot run here)."""
+server's documented formats (tests/helpers/fake_openai_server.py; vLLM and SGLang cannot run here)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-from fake_openai_server import FakeServer, Script, wait_for
 
+from helpers.fake_openai_server import FakeServer, Script, wait_for
 from specchat.backend import AnswerRequest, Started
 from specchat.engine.events import Done, Error, Prefilled, RoundStats, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_openai_server import FakeServer, Script
 
+from helpers.fake_openai_server import FakeServer, Script
 from specchat.backend import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason
 from specchat.engine.pair import CancelToken

@@ -235,7 +235,7 @@ def test_run_on_the_cpu_writes_the_profile_measurements_and_simulate(qwen_draft,
     profile = json.loads(profile_path.read_text())
     gpu_kit.check_profile(profile)
     assert profile["kind"] == "measured-cpu" and profile_path.name == f"profile-{profile['name']}.json"
-    from specchat.engine.simulate import load_profile
+    from specchat.harness.simulate import load_profile
 
     assert load_profile(str(profile_path)).token_s == profile["token_s"]["value"]  # the simulator reads it
     m = json.loads((out / "measurements.json").read_text())

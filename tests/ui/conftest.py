@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from app_driver import FakeApp
 
-from fakes import FakePairFactory, FakeSpec
+from helpers.app_driver import FakeApp
+from helpers.fakes import FakePairFactory, FakeSpec
 from specchat.workers.tasks import TaskRunner
 
 
@@ -39,7 +39,7 @@ def tasks(qtbot) -> Iterator[TaskRunner]:
 def _no_model_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     """The window's tests reach no model hub (the Models dialog reads the catalog's headers when it
     opens): huggingface_hub offline, so those reads fail at once and the size estimate stays.  Tests
-    that serve a local hub (tests/models/hub_server.py) switch it back on for their server."""
+    that serve a local hub (tests/helpers/hub_server.py) switch it back on for their server."""
     from huggingface_hub import constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

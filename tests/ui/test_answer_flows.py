@@ -1,7 +1,7 @@
 """The window's answer flows on the fake pair: an answer belongs to nobody's widget.
 
 Each test drives the real window, the real AnswerService, the real generation thread and
-the real generation loop; only the model is a table (tests/fakes.py), so a flow takes
+the real generation loop; only the model is a table (tests/helpers/fakes.py), so a flow takes
 a fraction of a second.  Qt warnings are captured and must be empty: "Internal C++
 object already deleted" and friends are exactly the faults these flows used to hit.
 """
@@ -9,11 +9,11 @@ object already deleted" and friends are exactly the faults these flows used to h
 from __future__ import annotations
 
 import pytest
-from app_driver import send, wait_idle
 from PySide6.QtCore import Qt
 
-from fakes import FakeSpec
-from specchat.workers.answers import Phase
+from helpers.app_driver import send, wait_idle
+from helpers.fakes import FakeSpec
+from specchat.services.answers import Phase
 
 SLOW = FakeSpec(answer_tokens=200, decode_s=0.003)  # about half a second per answer: long enough to catch mid-stream
 

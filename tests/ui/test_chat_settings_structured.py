@@ -96,7 +96,7 @@ def test_load_file_fills_the_box_and_a_bad_file_is_one_line(qtbot, tasks, tmp_pa
 
 def test_screenshot_a_chat_with_a_json_schema(qtbot, tasks):
     """docs/screenshot-structured-output.png: the dialog with a schema (SPECCHAT_SCREENSHOTS=1 writes it)."""
-    from specchat.engine.suite import PERSON_SCHEMA
+    from specchat.harness.suite import PERSON_SCHEMA
 
     dialog = open_dialog(qtbot, tasks, ChatSettings(target=Path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
                                              draft=Path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),

@@ -4,12 +4,12 @@ the standard shortcuts do what their menu entries say, pressed as keys."""
 from __future__ import annotations
 
 import pytest
-from app_driver import send, wait_idle
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QSplitter, QWidget
 
-from fakes import FakeSpec
+from helpers.app_driver import send, wait_idle
+from helpers.fakes import FakeSpec
 from specchat.ui.theme import DARK, LIGHT, apply_theme, current
 
 SLOW = FakeSpec(answer_tokens=300, decode_s=0.004)  # over a second: long enough to stop mid-answer

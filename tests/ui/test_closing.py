@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
-from app_driver import FakeApp, send, wait_idle
+
+from helpers.app_driver import FakeApp, send, wait_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
 
-from hub_server import FAKE_SHA, REPO, serve_small_files  # noqa: E402
-
-from fakes import SLOW_LATER, FakeSpec, TemplateFactory
+from helpers.fakes import SLOW_LATER, FakeSpec, TemplateFactory
+from helpers.hub_server import FAKE_SHA, REPO, serve_small_files  # noqa: E402
 from specchat.engine import chat
 from specchat.models.hub import HubFile
 from specchat.profile import Profile

@@ -13,8 +13,7 @@ from PySide6.QtCore import Qt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # gguf_samples lives there
 
-from gguf_samples import write_gguf  # noqa: E402
-
+from helpers.gguf_samples import write_gguf  # noqa: E402
 from specchat.models.registry import Registry  # noqa: E402
 from specchat.remote.backend import MANAGED  # noqa: E402
 from specchat.store import ChatSettings  # noqa: E402

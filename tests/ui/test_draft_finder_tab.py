@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
 
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
 
 TOKENS = tuple(f"t{i}" for i in range(200))
 OTHER = TOKENS[:50] + ("different",) + TOKENS[51:]

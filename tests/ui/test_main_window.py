@@ -1,15 +1,15 @@
 """The window driven as a person would, headless.
 
-Most flows run on the fake pair (tests/fakes.py, seconds); the last tests load real GGUF
+Most flows run on the fake pair (tests/helpers/fakes.py, seconds); the last tests load real GGUF
 files (SmolLM2 drafting for itself, the Qwen pair) and are ``real_models``.
 """
 
 from __future__ import annotations
 
-from app_driver import send, wait_idle
 from PySide6.QtCore import QSettings, Qt
 
-from fakes import FakeSpec
+from helpers.app_driver import send, wait_idle
+from helpers.fakes import FakeSpec
 from specchat.store import ChatSettings
 from specchat.workers.generation import load_pair
 

@@ -1,6 +1,6 @@
 """Models → Download pair checks both headers first, as ``specchat models pull`` does.
 
-Driven against the local hub server (tests/models/hub_server.py) with two generated 2 MiB
+Driven against the local hub server (tests/helpers/hub_server.py) with two generated 2 MiB
 GGUFs: an incompatible pair is refused with the reason after a few kB of headers, and no
 weights are fetched; a compatible pair is checked, then downloaded and registered.
 """
@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
 
-from hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
 
 REPO_T, REPO_D = "test/target-GGUF", "test/draft-GGUF"
 SIZE_FLOATS = 8 << 20  # 32 MiB of weights each; a header read fetches its first 1 MiB range

@@ -21,8 +21,7 @@ from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
 
-from fake_openai_server import FakeServer  # noqa: E402  (tests/remote/fake_openai_server.py)
-
+from helpers.fake_openai_server import FakeServer  # noqa: E402  (tests/helpers/fake_openai_server.py)
 from specchat.profile import Profile  # noqa: E402
 from specchat.remote.servers import API_KEY_ENV, KEYRING_SERVICE, ServerConfig, ServerList, servers_file  # noqa: E402
 from specchat.ui.servers_dialog import ServersDialog  # noqa: E402

@@ -106,8 +106,7 @@ def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_mod
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "remote"))
-    from fake_llama_server import HELP
-
+    from helpers.fake_llama_server import HELP
     from specchat.remote.backend import MANAGED
 
     (tmp_path / "help.txt").write_text(HELP)
@@ -192,7 +191,7 @@ def test_only_a_setting_the_pair_is_loaded_with_reloads_the_pair(qtbot, fake_app
 def test_new_thresholds_take_effect_from_the_next_answer_without_a_reload(qtbot, fake_app):
     """The controller's live settings (fallback thresholds, p_min, k_min) come with each answer: a
     change in Settings loads nothing again, and the next answer runs with them."""
-    from app_driver import send, wait_idle
+    from helpers.app_driver import send, wait_idle
 
     app = fake_app()
     app.add_chat()

@@ -16,9 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from app_driver import send
 
-from fakes import FakeSpec
+from helpers.app_driver import send
+from helpers.fakes import FakeSpec
 from specchat.files import move_aside
 from specchat.profile import Profile
 from specchat.ui.app import MOVE_ASIDE

@@ -8,9 +8,9 @@ import json
 import os
 
 import jsonschema
-from app_driver import send, wait_idle
 
-from specchat.engine.suite import PERSON_SCHEMA
+from helpers.app_driver import send, wait_idle
+from specchat.harness.suite import PERSON_SCHEMA
 from specchat.workers.generation import load_pair
 
 

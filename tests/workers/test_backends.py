@@ -1,5 +1,5 @@
 """One factory of backends, and their answers through the generation thread and the answer service:
-a local pair (the fake models) and a server (tests/remote/fake_openai_server.py, a real HTTP server
+a local pair (the fake models) and a server (tests/helpers/fake_openai_server.py, a real HTTP server
 on 127.0.0.1) go the same way, and a server's reasoning reaches the stored message apart."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakePairFactory, FakeSpec
+from helpers.fakes import FakePairFactory, FakeSpec
 from specchat.backend import AnswerRequest, Started
 from specchat.backends import OPENERS, backend_factory, open_backend
 from specchat.engine import Done, TokensEmitted
@@ -18,12 +18,12 @@ from specchat.engine.local import LocalBackend
 from specchat.engine.pair import PairConfig
 from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.servers import ServerConfig
+from specchat.services.answers import AnswerService
 from specchat.store import ChatSettings, open_store
-from specchat.workers.answers import AnswerService
 from specchat.workers.generation import GenerationService
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "remote"))
-from fake_openai_server import FakeServer, Script  # noqa: E402
+from helpers.fake_openai_server import FakeServer, Script  # noqa: E402
 
 HELLO = ({"role": "user", "content": "hi"},)
 

@@ -3,7 +3,7 @@
 Closing the app calls ``DownloadService.shutdown()``, which must not wait on a thread
 blocked in a socket read or in hashing a multi-GB file (it used to, for up to the read
 timeout times the retries, or the whole hash).  Served by the local hub with small
-generated files (tests/models/hub_server.py), so this is the fast tier.
+generated files (tests/helpers/hub_server.py), so this is the fast tier.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
 
-from hub_server import FAKE_SHA, REPO, HubServer, serve_small_files  # noqa: E402
-
+from helpers.hub_server import FAKE_SHA, REPO, HubServer, serve_small_files  # noqa: E402
 from specchat.models.hub import DownloadProgress, HubFile  # noqa: E402
-from specchat.workers.download import DownloadService  # noqa: E402
+from specchat.services.download import DownloadService  # noqa: E402
 
 SHUTDOWN_BOUND_S = 2.0  # the brief's bound: the app exits within 2 s of close
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from specchat.errors import UserError
-from specchat.workers.hub_tasks import HubTasks
+from specchat.services.hub import HubTasks
 from specchat.workers.tasks import TaskContext
 from specchat.workers.threads import running_threads
 

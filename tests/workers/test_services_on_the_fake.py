@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakePairFactory, FakeSpec
+from helpers.fakes import FakePairFactory, FakeSpec
 from specchat.engine import Done, Mode, StopReason, TokensEmitted
 from specchat.engine.pair import PairConfig
+from specchat.services.answers import AnswerService, Phase
 from specchat.store import ChatSettings, open_store
-from specchat.workers.answers import AnswerService, Phase
 from specchat.workers.generation import GenerationService, Started
 
 MSGS = ({"role": "user", "content": "hello"},)

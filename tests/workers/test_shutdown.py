@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE
 
-from fakes import LOOPS, FakePairFactory, FakeSpec, TemplateFactory
+from helpers.fakes import LOOPS, FakePairFactory, FakeSpec, TemplateFactory
 from specchat.engine import Done, Error, StopReason, TokensEmitted, chat
 from specchat.engine.pair import PairConfig
+from specchat.services.answers import AnswerService
 from specchat.store import ChatSettings, open_store
-from specchat.workers.answers import AnswerService
 from specchat.workers.generation import GenerationService
 
 CLOSE_S = 2.0  # the promise: the app's close returns within 2 s in every state

@@ -41,7 +41,7 @@ names the server, never another exception.
   (``--enable-per-request-metrics``), :func:`sglang_request_spec` (``meta_info`` ``spec_*``
   or ``sglext.spec_tokens_details``).
 
-The fixtures in ``tests/remote/fixtures`` carry the exact sources of every name.
+The fixtures in ``tests/helpers/fixtures`` carry the exact sources of every name.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.services.answers import AnswerService, Phase
 from specchat.store import Store
-from specchat.workers.answers import AnswerService, Phase
 
 ROLE = Qt.ItemDataRole.UserRole
 BADGE = {Phase.STREAMING: "● ", Phase.LOADING: "● ", Phase.WAITING: "… "}

@@ -1,7 +1,7 @@
 """The chat on screen: its switches, its conversation, the composer and Send/Stop.
 
 The pane shows one chat at a time and owns no answer: an answer belongs to the
-:class:`~specchat.workers.answers.AnswerService`, which goes on writing it to the store
+:class:`~specchat.services.answers.AnswerService`, which goes on writing it to the store
 whatever the pane shows.  The pane paints the shown chat's live answer when the service
 says it changed, and builds everything else from the store.
 """
@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.engine.settings import StructuredOutput
+from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
 from specchat.store import ChatSettings, Message, MessageStats, Store
-from specchat.workers.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView

@@ -31,7 +31,7 @@ from specchat.models.catalog import CatalogPair
 from specchat.models.draft_finder import DraftCandidate
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
-from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.services.hub import HubCalls, HubTasks
 from specchat.workers.tasks import TaskHandle
 
 ROLE = Qt.ItemDataRole.UserRole

@@ -1,7 +1,7 @@
 """Models → Search the hub: GGUF repos by text and sort, a repo's files by quantisation with their
 size and a fit verdict read from the headers, download, and "find drafts" for a chosen file.
 
-Every hub call runs on the session's hub thread (:class:`~specchat.workers.hub_tasks.HubTasks`);
+Every hub call runs on the session's hub thread (:class:`~specchat.services.hub.HubTasks`);
 this tab keeps the id of each task whose answer it waits for and drops every other answer, so
 a slow search or listing never overwrites a newer one.  The fit verdicts are one task per file,
 queued after the listing, so the column fills in row by row (about 1 MiB of header each) and a
@@ -36,7 +36,7 @@ from specchat.models.hub_search import (
     RepoHit,
     gated_message,
 )
-from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.services.hub import HubCalls, HubTasks
 from specchat.workers.tasks import TaskHandle
 
 ROLE = Qt.ItemDataRole.UserRole

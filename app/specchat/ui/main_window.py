@@ -20,10 +20,10 @@ from specchat import __version__
 from specchat.errors import UserError
 from specchat.models.registry import RegistryError
 from specchat.remote.servers import ServerList, servers_file
+from specchat.services.answers import AnswerNotice
 from specchat.store import ChatSettings
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import MemorySampler
-from specchat.workers.answers import AnswerNotice
 from specchat.workers.generation import PairInfo
 
 from .chat_list import ChatList
@@ -40,12 +40,12 @@ if TYPE_CHECKING:
     from specchat.config import AppConfig, ConfigChange
     from specchat.models.registry import Registry
     from specchat.profile import Profile
+    from specchat.services.answers import AnswerService
+    from specchat.services.download import DownloadService
+    from specchat.services.hub import HubTasks
+    from specchat.services.settings import SettingsHolder
     from specchat.store import Store
     from specchat.telemetry import TelemetryRecorder
-    from specchat.workers.answers import AnswerService
-    from specchat.workers.download import DownloadService
-    from specchat.workers.hub_tasks import HubTasks
-    from specchat.workers.settings import SettingsHolder
     from specchat.workers.tasks import TaskRunner
 
 

@@ -31,11 +31,11 @@ from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
 from specchat.models.registry import Registry, RegistryError
-from specchat.workers.download import DownloadService
-from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.services.download import DownloadService
+from specchat.services.download_flow import DownloadFlow, DownloadJob
+from specchat.services.hub import HubCalls, HubTasks
 from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
-from .download_flow import DownloadFlow, DownloadJob
 from .draft_finder_tab import DraftFinderTab, target_name
 from .hub_tab import HubSearchTab
 from .theme import current

@@ -4,7 +4,7 @@ The list is ``servers.json`` (:class:`~specchat.remote.servers.ServerList`), rea
 when the dialog opens and after every change, so another window's changes are kept.
 An API key goes only to the OS keychain; the form never shows a stored key, and an empty
 key field leaves the stored one as it is.  Check probes the selected server in the
-probe thread (:class:`~specchat.workers.server_probe.ServerProbeService`), which the
+probe thread (:class:`~specchat.services.server_probe.ServerProbeService`), which the
 dialog joins when it closes.
 """
 
@@ -32,7 +32,7 @@ from specchat.errors import UserError, collect_warnings, one_line
 from specchat.profile import Profile
 from specchat.remote.client import Capabilities
 from specchat.remote.servers import Keychain, ServerConfig, ServerList, servers_file
-from specchat.workers.server_probe import ServerProbeService
+from specchat.services.server_probe import ServerProbeService
 
 from .theme import current
 

@@ -20,14 +20,14 @@ from specchat.profile import Profile
 from specchat.remote.backend import MANAGED, ManagedSpec, RemoteConfig
 from specchat.remote.errors import ServerError
 from specchat.remote.servers import ServerList, servers_file
+from specchat.services.answers import AnswerService
+from specchat.services.download import DownloadService
+from specchat.services.hub import HubTasks
+from specchat.services.settings import SettingsHolder
 from specchat.store import ChatSettings, Store
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
-from specchat.workers.answers import AnswerService
-from specchat.workers.download import DownloadService
 from specchat.workers.generation import GenerationService, load_pair
-from specchat.workers.hub_tasks import HubTasks
-from specchat.workers.settings import SettingsHolder
 from specchat.workers.tasks import TaskRunner
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,7 @@ from specchat.cancel import Cancelled, CancelToken, shut_socket
 from specchat.errors import UserError, one_line
 from specchat.remote.client import Capabilities, ServerClient
 from specchat.remote.servers import Keychain, ServerConfig
-
-from .tasks import TaskHandle, TaskRunner
+from specchat.workers.tasks import TaskHandle, TaskRunner
 
 
 def watch(client: ServerClient, cancel: CancelToken) -> None:

@@ -23,8 +23,7 @@ from specchat.models.fit import FitVerdict
 from specchat.models.hub import HubFile
 from specchat.models.hub_search import GGUFEntry, entry_fit, list_gguf_files, search_repos
 from specchat.models.remote import check_remote_pair
-
-from .tasks import TaskContext, TaskHandle, TaskRunner
+from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
 
 class HubTasks(TaskRunner):

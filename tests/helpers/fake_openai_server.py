@@ -49,7 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 POLL_S = 0.02  # how often serve_forever looks for shutdown(): the default 0.5 s made every stop wait (34 teardowns, 17 s)
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures"
 CREATED = 1759200000
 MAX_BODY = 1 << 20
 

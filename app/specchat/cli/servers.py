@@ -132,7 +132,7 @@ def server_labels(args: argparse.Namespace) -> list[tuple[str, str]]:
 def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_table) -> list:
     """The server contenders (``--server``, and ``--baseline-server`` as its plain reference) after the
     local ones, in one interleaved run."""
-    from specchat.engine.bench import run_contenders
+    from specchat.harness.bench import run_contenders
 
     contenders = list(local_contenders)
     backends = []
@@ -163,11 +163,11 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
     in the given modes when a model is named (``--target``/``--pair``): one interleaved run, one table."""
     from contextlib import nullcontext
 
-    from specchat.cli_common import CliError
-    from specchat.cli_common import load_pair_from_args as _load_pair
-    from specchat.cli_common import models_from_args as _models
-    from specchat.engine.bench import format_table, local_runner, summarize
+    from specchat.cli.common import CliError
+    from specchat.cli.common import load_pair_from_args as _load_pair
+    from specchat.cli.common import models_from_args as _models
     from specchat.engine.settings import Mode
+    from specchat.harness.bench import format_table, local_runner, summarize
 
     args.sampling = sampling
     local = bool(args.target or args.pair)

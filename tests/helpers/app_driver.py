@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from fakes import FakePairFactory
+from helpers.fakes import FakePairFactory
 from specchat.config import AppConfig
 from specchat.models.registry import Registry
 from specchat.profile import Profile

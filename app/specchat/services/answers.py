@@ -29,8 +29,7 @@ from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, Tok
 from specchat.engine.events import GenerationStats
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
 from specchat.telemetry import TelemetryRecorder
-
-from .generation import GenerationService, PairInfo
+from specchat.workers.generation import GenerationService, PairInfo
 
 FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
 

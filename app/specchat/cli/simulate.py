@@ -17,11 +17,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from specchat.engine.bench import BenchRow
 from specchat.engine.events import RoundStats
 from specchat.engine.pair import SpeculativePair
 from specchat.engine.settings import Mode
-from specchat.engine.simulate import (
+from specchat.errors import UserError
+from specchat.files import write_text_atomically
+from specchat.harness.bench import BenchRow
+from specchat.harness.simulate import (
     CostProfile,
     format_result,
     load_profile,
@@ -34,10 +36,8 @@ from specchat.engine.simulate import (
     simulate_agreement,
     with_noise,
 )
-from specchat.engine.suite import BenchPrompt
-from specchat.engine.trace import PromptTrace, Trace, load_trace, record_trace
-from specchat.errors import UserError
-from specchat.files import write_text_atomically
+from specchat.harness.suite import BenchPrompt
+from specchat.harness.trace import PromptTrace, Trace, load_trace, record_trace
 
 VALIDATION_TOLERANCE = 0.10  # the simulator's multiplier must be within 10% of the measured one
 

@@ -15,13 +15,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn
 
-from specchat.cli_common import (
+from specchat.cli.common import (
     EXIT_BAD_INPUT,
     CliError,
 )
-from specchat.cli_common import load_pair_from_args as _load_pair
-from specchat.cli_common import models_from_args as _models
-from specchat.cli_common import sampling_from_args as _sampling
+from specchat.cli.common import load_pair_from_args as _load_pair
+from specchat.cli.common import models_from_args as _models
+from specchat.cli.common import sampling_from_args as _sampling
 from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
 from specchat.errors import UserError, one_line
 from specchat.modes import MENU_NAMES
@@ -216,7 +216,7 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     drafts.add_argument("target", help="owner/repo/file.gguf, owner/repo (its Q4_K_M file) or a local GGUF path")
     drafts.add_argument("--checks", type=_int_in(1, 100), default=12, help="at most this many header checks")
     drafts.add_argument("--json", action="store_true")
-    from specchat.cli_servers import add_parsers as add_server_parsers
+    from specchat.cli.servers import add_parsers as add_server_parsers
 
     add_server_parsers(sub)
     cfg = sub.add_parser("config", help="show the settings in force and where they come from")
@@ -240,7 +240,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     messages = ([{"role": "system", "content": args.system}] if args.system else [])
     messages.append({"role": "user", "content": args.prompt})
     if args.server:
-        from specchat.cli_servers import remote_backend, server_events
+        from specchat.cli.servers import remote_backend, server_events
 
         args.sampling = sampling
         backend = remote_backend(args, args.server)
@@ -291,12 +291,12 @@ def _print_answer(events) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.cli_simulate import bench_extras
-    from specchat.engine.bench import format_table, run_bench, summarize
+    from specchat.cli.simulate import bench_extras
     from specchat.engine.controller import CostModel
     from specchat.engine.runtime import backend_info
     from specchat.engine.settings import Mode
-    from specchat.engine.suite import SuiteError, load_suite, with_schemas
+    from specchat.harness.bench import format_table, run_bench, summarize
+    from specchat.harness.suite import SuiteError, load_suite, with_schemas
 
     try:
         modes = [Mode(m.strip()) for m in args.modes.split(",") if m.strip()]
@@ -316,7 +316,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = with_schemas(prompts, args.structured)
     sampling = _sampling(args)
     if args.server or args.baseline_server:
-        from specchat.cli_servers import bench_with_servers
+        from specchat.cli.servers import bench_with_servers
 
         return bench_with_servers(args, prompts, modes, sampling)
     if Mode.DRAFT in modes and _models(args)[1] is None:
@@ -368,7 +368,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from specchat.cli_models import run_models
+    from specchat.cli.models import run_models
 
     return run_models(args)
 
@@ -410,11 +410,11 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
         if args.command == "models":
             return cmd_models(args)
         if args.command == "servers":
-            from specchat.cli_servers import cmd_servers
+            from specchat.cli.servers import cmd_servers
 
             return cmd_servers(args)
         if args.command == "simulate":
-            from specchat.cli_simulate import cmd_simulate
+            from specchat.cli.simulate import cmd_simulate
 
             return cmd_simulate(args)
         raise CliError("no command given")

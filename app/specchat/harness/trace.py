@@ -4,7 +4,7 @@ At temperature 0 the target's answer is its greedy path, and a greedy draft
 model proposes the same tokens whatever machine runs it (near-ties aside).  So
 which draft tokens the target accepts depends on the models and the prompt,
 not on the hardware; only what each round costs does.  A trace records the
-first half once; :mod:`specchat.engine.simulate` adds any machine's costs.
+first half once; :mod:`specchat.harness.simulate` adds any machine's costs.
 
 For every position i of the target's greedy answer t_0 .. t_{N-1} at which a
 round can start (the committed context is the prompt and t_0 .. t_i):
@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specchat import __version__, files
+from specchat.engine.drafters import PromptLookupDrafter
+from specchat.engine.runtime import LoadedModel
+from specchat.engine.verify import accepted_count
 from specchat.errors import UserError
 
-from .drafters import PromptLookupDrafter
-from .runtime import LoadedModel
 from .suite import BenchPrompt
-from .verify import accepted_count
 
 if TYPE_CHECKING:
-    from .pair import SpeculativePair
+    from specchat.engine.pair import SpeculativePair
 
 TRACE_FORMAT = "specchat-agreement-trace"
 TRACE_VERSION = 1

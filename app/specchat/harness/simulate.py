@@ -1,6 +1,6 @@
 """Replay an agreement trace against a cost profile, with the real controller deciding.
 
-A trace (:mod:`specchat.engine.trace`) says, position by position, which draft
+A trace (:mod:`specchat.harness.trace`) says, position by position, which draft
 tokens the target would accept; a cost profile says what a verify of n tokens,
 a draft token and SpecChat's loop cost per round on some machine.  The
 simulator walks each answer round by round the way :func:`generate` does: it
@@ -30,16 +30,16 @@ from importlib import resources
 from pathlib import Path
 
 from specchat import files
+from specchat.engine.calibration import batch_sizes
+from specchat.engine.controller import CostModel, DraftController
+from specchat.engine.drafters import KINDS
+from specchat.engine.drafting import ReplayContext
+from specchat.engine.events import RoundStats
+from specchat.engine.settings import ControllerSettings, Drafter, Mode
+from specchat.engine.shapes import VerifyShape
 from specchat.errors import UserError
 from specchat.metrics import Counts
 
-from .calibration import batch_sizes
-from .controller import CostModel, DraftController
-from .drafters import KINDS
-from .drafting import ReplayContext
-from .events import RoundStats
-from .settings import ControllerSettings, Drafter, Mode
-from .shapes import VerifyShape
 from .trace import PromptTrace, Trace, agreement_trace
 
 PROFILE_VERSION = 1
@@ -164,7 +164,7 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
 
 def shipped_profiles() -> list[str]:
     """Names of the profiles that ship with SpecChat (``specchat simulate --profile NAME``)."""
-    folder = resources.files("specchat.engine") / "profiles"
+    folder = resources.files("specchat.harness") / "profiles"
     if not folder.is_dir():
         return []
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
@@ -173,7 +173,7 @@ def shipped_profiles() -> list[str]:
 def load_profile(spec: str) -> CostProfile:
     """A shipped profile by name, or a profile file."""
     if _NAME.fullmatch(spec) and not spec.endswith(".json"):
-        entry = resources.files("specchat.engine") / "profiles" / f"{spec}.json"
+        entry = resources.files("specchat.harness") / "profiles" / f"{spec}.json"
         if not entry.is_file():
             raise ProfileError(f"no shipped cost profile '{spec}' (shipped: {', '.join(shipped_profiles()) or 'none'};"
                                " or give a profile file)")

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from specchat import metrics
+from specchat.engine.events import Done, Error, Event, Fallback, RoundStats, TokensEmitted
+from specchat.engine.pair import SpeculativePair
+from specchat.engine.settings import Mode, SamplingSettings, Structured, StructuredOutput
 from specchat.metrics import Counts, CountsView
 
-from .events import Done, Error, Event, Fallback, RoundStats, TokensEmitted
-from .pair import SpeculativePair
-from .settings import Mode, SamplingSettings, Structured, StructuredOutput
 from .suite import BenchPrompt
 
 
