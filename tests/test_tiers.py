@@ -19,6 +19,6 @@ def test_the_inner_loop_takes_the_core_and_leaves_child_processes_and_slow_flows
     assert tiers.inner("tests/engine/test_controller.py::test_expected_tokens_per_round")
     assert tiers.inner("tests/ui/test_main_window.py::test_x[a]")
     assert not tiers.inner("tests/store/test_crash_safety.py::test_a_killed_process_loses_at_most_the_last_second")
-    assert not tiers.inner("tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line")
+    assert not tiers.inner("tests/harness/test_simulate.py::test_simulate_agreement_from_the_command_line")
     assert not tiers.inner("tests/ui/test_closing.py::test_x")  # a UI flow of seconds
     assert not tiers.inner("tests/remote/test_counters.py::test_x")

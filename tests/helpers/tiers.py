@@ -5,9 +5,9 @@ from __future__ import annotations
 # The inner loop (``pytest -m inner``): the Qt-free core and the UI flows that take well under a
 # second each; no model file, no subprocess-heavy or kill-and-restart test (those stay in the fast tier).
 INNER = (
-    "tests/engine/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
-    "tests/test_layers.py", "tests/test_files.py", "tests/test_cancel.py", "tests/workers/test_tasks.py", "tests/workers/test_services_on_the_fake.py",
-    "tests/workers/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
+    "tests/engine/", "tests/harness/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
+    "tests/test_layers.py", "tests/test_files.py", "tests/test_cancel.py", "tests/workers/test_tasks.py", "tests/services/test_services_on_the_fake.py",
+    "tests/services/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
     "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
     "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",
     "tests/ui/test_theme_contrast.py",
@@ -15,8 +15,8 @@ INNER = (
 # in those places, what runs a child process or a whole command (about 5 s of the inner loop's 20)
 INNER_EXCEPT = (
     "tests/store/test_crash_safety.py",
-    "tests/engine/test_simulate.py::test_simulate_agreement_from_the_command_line",
-    "tests/engine/test_simulate.py::test_the_agreement_table_has_one_column_per_share_and_the_kits_goals",
+    "tests/harness/test_simulate.py::test_simulate_agreement_from_the_command_line",
+    "tests/harness/test_simulate.py::test_the_agreement_table_has_one_column_per_share_and_the_kits_goals",
 )
 
 

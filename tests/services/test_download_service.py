@@ -8,18 +8,15 @@ generated files (tests/helpers/hub_server.py), so this is the fast tier.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
-
-from helpers.hub_server import FAKE_SHA, REPO, HubServer, serve_small_files  # noqa: E402
-from specchat.models.hub import DownloadProgress, HubFile  # noqa: E402
-from specchat.services.download import DownloadService  # noqa: E402
+from helpers.hub_server import FAKE_SHA, REPO, HubServer, serve_small_files
+from specchat.models.hub import DownloadProgress, HubFile
+from specchat.services.download import DownloadService
 
 SHUTDOWN_BOUND_S = 2.0  # the brief's bound: the app exits within 2 s of close
 
