@@ -106,3 +106,21 @@ def with_data(head: bytes, data_bytes: int, alignment: int = 32) -> bytes:
     """``head`` padded to the alignment and followed by ``data_bytes`` zero bytes of tensor data."""
     pad = -len(head) % alignment
     return head + b"\0" * (pad + data_bytes)
+
+
+def write_tiny(path, tokens=("<unk>", "<s>", "</s>", "a", "b", "c", "ab"), n_tensors=2):
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(tokens))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_context_length(128)
+    for i in range(n_tensors):
+        w.add_tensor(f"t{i}", np.arange(64 * (i + 1), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+

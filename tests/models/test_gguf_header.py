@@ -10,7 +10,6 @@ import time
 import tracemalloc
 
 import gguf
-import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
 
@@ -25,6 +24,7 @@ from helpers.gguf_samples import (
     kv_u32,
     tensor,
     with_data,
+    write_tiny,
 )
 from specchat.models.gguf_header import (
     GGUFError,
@@ -35,23 +35,6 @@ from specchat.models.gguf_header import (
     read_header,
     validate_file,
 )
-
-
-def write_tiny(path, tokens=("<unk>", "<s>", "</s>", "a", "b", "c", "ab"), n_tensors=2):
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("llama")
-    w.add_token_list(list(tokens))
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_context_length(128)
-    for i in range(n_tensors):
-        w.add_tensor(f"t{i}", np.arange(64 * (i + 1), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def test_reads_metadata_and_tensor_table_of_a_file_written_by_gguf(tmp_path):

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_gguf_header import write_tiny
 
+from helpers.gguf_samples import write_tiny
 from specchat.models.registry import Registry, RegistryError
 
 

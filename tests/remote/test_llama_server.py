@@ -337,7 +337,12 @@ def test_a_server_crashing_more_than_three_times_a_minute_is_given_up(fake_llama
     try:
         server.start(timeout_s=30)
         assert wait_for(lambda: "failed" in states.names, timeout=30)
-        assert states.names == ["starting", "ready"] + ["crashed", "restarting", "ready"] * 3 + ["crashed", "failed"]
+        names = states.names
+        # four crashes, three restarts, then given up; whether a restart is seen "ready" before its crash
+        # (0.1 s later) depends on how soon the supervisor polls it on a loaded machine
+        assert names[:2] == ["starting", "ready"] and names[-2:] == ["crashed", "failed"], names
+        assert (names.count("crashed"), names.count("restarting")) == (4, 3), names
+        assert [n for n in names if n != "ready"] == ["starting"] + ["crashed", "restarting"] * 3 + ["crashed", "failed"]
         assert server.state == "failed" and "crashed 4 times in 60 s" in (server.last_error or "")
         assert len(runs(fake_llama_server)) == 4 and server.pid is None
         assert not any(alive(r["pid"]) for r in runs(fake_llama_server))

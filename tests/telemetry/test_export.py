@@ -4,8 +4,8 @@ import csv
 import json
 
 import pytest
-from event_streams import R, answer_events, feed_all
 
+from helpers.event_streams import R, answer_events, feed_all
 from specchat.engine.events import Fallback
 from specchat.telemetry import ROUND_FIELDS, TelemetryRecorder, export_csv, export_json
 

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 import pytest
-from event_streams import R, answer_events, feed_all, timed
 
+from helpers.event_streams import R, answer_events, feed_all, timed
 from specchat.engine.events import Done, Fallback, Prefilled, RoundStats, TokensEmitted
 from specchat.engine.settings import ControllerSettings
 from specchat.telemetry import GpuMemory, MemorySample, TelemetryRecorder

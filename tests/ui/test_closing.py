@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from helpers.app_driver import FakeApp, send, wait_idle
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
-
 from helpers.fakes import SLOW_LATER, FakeSpec, TemplateFactory
-from helpers.hub_server import FAKE_SHA, REPO, serve_small_files  # noqa: E402
+from helpers.hub_server import FAKE_SHA, REPO, serve_small_files
 from specchat.engine import chat
 from specchat.models.hub import HubFile
 from specchat.profile import Profile

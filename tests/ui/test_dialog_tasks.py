@@ -4,21 +4,18 @@ user; its result fills the dialog when it arrives; a dialog closed meanwhile tak
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # gguf_samples lives there
-
-from helpers.gguf_samples import write_gguf  # noqa: E402
-from specchat.models.registry import Registry  # noqa: E402
-from specchat.remote.backend import MANAGED  # noqa: E402
-from specchat.store import ChatSettings  # noqa: E402
-from specchat.ui import models_dialog, settings_dialogs  # noqa: E402
-from specchat.ui.settings_dialogs import ChatSettingsDialog  # noqa: E402
+from helpers.gguf_samples import write_gguf
+from specchat.models.registry import Registry
+from specchat.remote.backend import MANAGED
+from specchat.store import ChatSettings
+from specchat.ui import models_dialog, settings_dialogs
+from specchat.ui.settings_dialogs import ChatSettingsDialog
 
 OFFERS = ({"none": "", "draft-simple": "", "draft-mtp": "the target has no multi-token layers"}, "")
 

@@ -4,16 +4,13 @@ draft with its target and makes them the chat's pair."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
-
-from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf
 
 TOKENS = tuple(f"t{i}" for i in range(200))
 OTHER = TOKENS[:50] + ("different",) + TOKENS[51:]

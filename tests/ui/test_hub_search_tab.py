@@ -4,15 +4,12 @@ downloading a split model (all parts, registered by its first)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
-
-from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf  # noqa: E402
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf, write_split_gguf
 
 QUANTS = "bartowski/Tiny-Coder-7B-Instruct-GGUF"
 GATED = "someone/Tiny-Coder-GGUF-gated"

@@ -7,15 +7,12 @@ weights are fetched; a compatible pair is checked, then downloaded and registere
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # the local hub lives there
-
-from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf  # noqa: E402
+from helpers.hub_server import HubServer, point_huggingface_hub_at, write_small_gguf
 
 REPO_T, REPO_D = "test/target-GGUF", "test/draft-GGUF"
 SIZE_FLOATS = 8 << 20  # 32 MiB of weights each; a header read fetches its first 1 MiB range

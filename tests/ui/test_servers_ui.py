@@ -7,7 +7,6 @@ Real HTTP: the Check button and a server chat talk to ``FakeServer`` (tests/remo
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,13 +18,11 @@ from keyring.errors import NoKeyringError, PasswordDeleteError
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
-
-from helpers.fake_openai_server import FakeServer  # noqa: E402  (tests/helpers/fake_openai_server.py)
-from specchat.profile import Profile  # noqa: E402
-from specchat.remote.servers import API_KEY_ENV, KEYRING_SERVICE, ServerConfig, ServerList, servers_file  # noqa: E402
-from specchat.ui.servers_dialog import ServersDialog  # noqa: E402
-from specchat.ui.settings_dialogs import ChatSettingsDialog  # noqa: E402
+from helpers.fake_openai_server import FakeServer
+from specchat.profile import Profile
+from specchat.remote.servers import API_KEY_ENV, KEYRING_SERVICE, ServerConfig, ServerList, servers_file
+from specchat.ui.servers_dialog import ServersDialog
+from specchat.ui.settings_dialogs import ChatSettingsDialog
 
 KEY = "sk-test-4b1d9e2f7a"
 

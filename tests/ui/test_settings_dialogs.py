@@ -103,9 +103,7 @@ def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_mod
     help text), usable ones enabled, the others greyed out with why (no MTP layers, no EAGLE3 head)."""
     import os
     import stat
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "remote"))
     from helpers.fake_llama_server import HELP
     from specchat.remote.backend import MANAGED
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "telemetry"))
-
-from event_streams import R, answer_events  # noqa: E402  (tests/telemetry/event_streams.py)
-
-from specchat.engine.events import Fallback  # noqa: E402
-from specchat.telemetry import TelemetryRecorder  # noqa: E402
-from specchat.telemetry.samplers import NO_GPU, RamSampler  # noqa: E402
-from specchat.ui.telemetry_panel import TelemetryPanel  # noqa: E402
+from helpers.event_streams import R, answer_events
+from specchat.engine.events import Fallback
+from specchat.telemetry import TelemetryRecorder
+from specchat.telemetry.samplers import NO_GPU, RamSampler
+from specchat.ui.telemetry_panel import TelemetryPanel
 
 
 @pytest.fixture

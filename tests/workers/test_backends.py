@@ -4,11 +4,11 @@ on 127.0.0.1) go the same way, and a server's reasoning reaches the stored messa
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.fake_openai_server import FakeServer, Script
 from helpers.fakes import FakePairFactory, FakeSpec
 from specchat.backend import AnswerRequest, Started
 from specchat.backends import OPENERS, backend_factory, open_backend
@@ -21,9 +21,6 @@ from specchat.remote.servers import ServerConfig
 from specchat.services.answers import AnswerService
 from specchat.store import ChatSettings, open_store
 from specchat.workers.generation import GenerationService
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "remote"))
-from helpers.fake_openai_server import FakeServer, Script  # noqa: E402
 
 HELLO = ({"role": "user", "content": "hi"},)
 
