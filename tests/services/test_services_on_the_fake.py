@@ -82,3 +82,41 @@ def test_the_answer_service_answers_chats_in_order_one_at_a_time(qtbot, tmp_path
     answers.shutdown()
     gen.shutdown()
     store.close()
+
+
+def test_a_full_disk_mid_answer_stops_it_at_what_was_shown_and_stores_it_as_stopped_once_there_is_room(
+        qtbot, tmp_path):
+    """SQLite says "database or disk is full" (max_page_count stands in for the disk): the answer
+    stops with one line saying why, the chat is not left "answering", what was shown stays on screen
+    as stopped, and it is stored as stopped with that text once the database takes it again."""
+    store = open_store(tmp_path / "db.sqlite3")
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.touch()
+    draft.touch()
+    chat = store.create_chat("c", ChatSettings(target=target, draft=draft, speculation="draft", max_tokens=4000))
+    store.add_message(chat.id, "user", "question")
+    gen = GenerationService(FakePairFactory(FakeSpec(answer_tokens=4000, decode_s=0.002)))
+    answers = AnswerService(store, gen, lambda s: PairConfig(s.target, s.draft))
+    notices, finished = [], []
+    answers.notice.connect(notices.append)
+    answers.finished.connect(lambda chat_id, stored: finished.append(stored))
+    try:
+        live = answers.ask(chat.id)
+        qtbot.waitUntil(lambda: len(live.content) > 50, timeout=10_000)
+        pages = store.connection.execute("PRAGMA page_count").fetchone()[0]
+        store.connection.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
+        qtbot.waitUntil(lambda: bool(finished), timeout=20_000)
+        shown = finished[0]
+        assert shown.state == "stopped" and shown.content == live.content and len(shown.content) > 50
+        assert not answers.busy_chats()  # not stuck "answering"
+        lines = [n.text for n in notices if n.error]
+        assert lines and "database or disk is full" in lines[0] and "\n" not in lines[0]
+        assert store.messages(chat.id)[-1].state == "streaming"  # not stored yet: the disk is full
+
+        store.connection.execute("PRAGMA max_page_count = 1000000")  # room again
+        qtbot.waitUntil(lambda: store.messages(chat.id)[-1].state == "stopped", timeout=10_000)
+        assert store.messages(chat.id)[-1].content == shown.content  # stored as shown, nothing lost
+    finally:
+        answers.shutdown()
+        gen.shutdown()
+        store.close()

@@ -27,11 +27,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from specchat.backends import BackendConfig
 from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
-from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store
+from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo
 
 FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
+RETRY_MS = 2000  # an answer the database refused (disk full) is tried again this often
 
 
 class Phase(StrEnum):
@@ -64,6 +65,7 @@ class LiveAnswer:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.segments: list[tuple[str, bool]] = []  # (answer text, from an accepted draft)
+        self.unsaved_stop = False  # stopped because the database refused its text (disk full)
         self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
 
     @property
@@ -117,6 +119,10 @@ class AnswerService(QObject):
         service.pairFailed.connect(self._on_pair_failed)
         self._flush = QTimer(self, interval=FLUSH_MS)
         self._flush.timeout.connect(self._poll_writer)
+        # answers the database refused to finish (disk full...): shown as stopped, saved when it takes them
+        self._unsaved: list[tuple[AnswerWriter, str, MessageStats | None]] = []
+        self._retry = QTimer(self, interval=RETRY_MS)
+        self._retry.timeout.connect(self._save_unsaved)
 
     # -- what views ask ---------------------------------------------------------------
 
@@ -196,9 +202,11 @@ class AnswerService(QObject):
         if live is not None:
             self.service.cancel()
             if live.writer is not None and not live.writer.finished:
-                live.writer.finish("stopped", None)
+                self._unsaved.append((live.writer, "stopped", None))
             if self.recorder is not None and live.request_id:
                 self.recorder.abandon(live.request_id)
+        self._save_unsaved()  # what the database still refuses stays "streaming": the next start keeps it as stopped
+        self._retry.stop()
 
     # -- the line -----------------------------------------------------------------------
 
@@ -240,10 +248,13 @@ class AnswerService(QObject):
         messages = self._history(live.chat_id, s)
         try:
             message = self.store.start_answer(live.chat_id)
-        except KeyError:  # the chat was deleted while the answer waited
+        except (KeyError, StoreWriteError) as exc:  # the chat was deleted while it waited, or the disk is full
             self._current = None
+            if isinstance(exc, StoreWriteError):
+                self.notice.emit(AnswerNotice(live.chat_id, f"{exc}: nothing was asked", error=True))
             self.finished.emit(live.chat_id, None)
             self.queueChanged.emit()
+            self._pump()
             return
         live.message_id = message.id
         live.writer = self.store.answer_writer(message)
@@ -277,8 +288,8 @@ class AnswerService(QObject):
             writer = self.store.answer_writer(self.store.start_answer(live.chat_id))
             stored = writer.finish("error", MessageStats.from_generation(
                 GenerationStats.empty(live.settings.speculation), "error", error=message))
-        except KeyError:
-            pass  # the chat is gone
+        except (KeyError, StoreWriteError):
+            pass  # the chat is gone, or the disk is full: the line below still says why
         self.notice.emit(AnswerNotice(live.chat_id, message, error=True))
         self.finished.emit(live.chat_id, stored)
         self.queueChanged.emit()
@@ -315,6 +326,7 @@ class AnswerService(QObject):
         if isinstance(ev, TokensEmitted):
             live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
+            self._stop_if_unsaved(live)
         elif isinstance(ev, Fallback):
             self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
         elif isinstance(ev, Error):
@@ -328,7 +340,7 @@ class AnswerService(QObject):
         state = {"cancelled": "stopped", "error": "error"}.get(done.stop_reason.value, "done")
         stats = MessageStats.from_generation(done.stats, done.stop_reason.value,
                                              error=done.message if state == "error" else "")
-        stored = live.writer.finish(state, stats) if live.writer is not None else None
+        stored = self._store_final(live, state, stats)
         self.finished.emit(live.chat_id, stored)
         self.queueChanged.emit()
         self._pump()
@@ -337,6 +349,47 @@ class AnswerService(QObject):
         live = self._current
         if live is not None and live.writer is not None:
             live.writer.poll()
+            self._stop_if_unsaved(live)
+
+    # -- when the database refuses a write (disk full, read-only, locked) ------------------
+
+    def _stop_if_unsaved(self, live: LiveAnswer) -> None:
+        """A commit was refused: the answer stops at what is shown (and is stored as stopped), with
+        one line saying why, rather than going on with text that cannot be kept."""
+        writer = live.writer
+        if writer is None or writer.write_error is None or live.unsaved_stop:
+            return
+        live.unsaved_stop = True
+        self.notice.emit(AnswerNotice(live.chat_id, f"{writer.write_error}: the answer stopped at what is shown",
+                                      error=True))
+        self.service.cancel()  # Done (cancelled) follows within a round: stored as "stopped"
+
+    def _store_final(self, live: LiveAnswer, state: str, stats: MessageStats) -> Message | None:
+        """Finish the stored message; if the database refuses, the answer stays on screen as it ends
+        (a message not yet stored) and is saved by the retry timer, or kept as stopped at the next start."""
+        if live.writer is None:
+            return None
+        try:
+            return live.writer.finish(state, stats)
+        except StoreWriteError as exc:
+            self._unsaved.append((live.writer, state, stats))
+            self._retry.start()
+            if not live.unsaved_stop:
+                self.notice.emit(AnswerNotice(live.chat_id, f"{exc}: the answer is kept on screen and saved as "
+                                              "soon as the database takes it", error=True))
+            return Message(id=live.message_id or 0, chat_id=live.chat_id, role="assistant", content=live.content,
+                           reasoning=live.reasoning, created_at=0.0, state=state, stats=stats)
+
+    def _save_unsaved(self) -> None:
+        still = []
+        for writer, state, stats in self._unsaved:
+            try:
+                writer.finish(state, stats)
+            except StoreWriteError:
+                still.append((writer, state, stats))
+        self._unsaved = still
+        if not still:
+            self._retry.stop()
 
 
 def _same(config: BackendConfig, other: BackendConfig | None) -> bool:

@@ -9,7 +9,7 @@ its text.
 """
 
 from .chats import AnswerWriter, Store, open_store
-from .db import SCHEMA_VERSION, StoreError, default_path, fts5_available
+from .db import SCHEMA_VERSION, StoreError, StoreWriteError, default_path, fts5_available
 from .records import (
     ANSWER_STATES,
     PLAIN_MODE,
@@ -38,6 +38,7 @@ __all__ = [
     "MessageStats",
     "Store",
     "StoreError",
+    "StoreWriteError",
     "TaskRow",
     "default_path",
     "fts5_available",

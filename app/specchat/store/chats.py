@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import task_stats
-from .db import FTS_TABLE, connect, default_path, ensure_search_index, transaction
+from .db import FTS_TABLE, StoreWriteError, connect, default_path, ensure_search_index, transaction
 from .records import (
     FINAL_STATES,
     ROLES,
@@ -287,6 +287,7 @@ class AnswerWriter:
         self._spans: list[tuple[int, bool]] = []  # (characters, from draft), adjacent runs merged
         self._last_flush = store.clock()
         self.finished = False
+        self.write_error: str | None = None  # the last commit the database refused (None: all saved so far)
 
     @property
     def pending(self) -> bool:
@@ -318,16 +319,19 @@ class AnswerWriter:
     def poll(self) -> bool:
         """Commit the buffer if the interval has passed; True if it committed.
 
-        A failed commit (database busy, disk full) keeps the buffer for the next try and
-        is logged: losing a flush must not stop the answer on screen.
+        A failed commit (database busy, disk full) keeps the buffer for the next try, is
+        logged once and noted in :attr:`write_error` (the answer service stops the answer on it).
         """
         if self.finished or not self.pending or self.store.clock() - self._last_flush < self.flush_interval:
             return False
         try:
             self.flush()
-        except sqlite3.OperationalError as exc:
-            log.warning("could not save the streaming answer yet: %s", exc)
+        except StoreWriteError as exc:
+            if self.write_error is None:
+                log.warning("could not save the streaming answer yet: %s", exc)
+            self.write_error = str(exc)
             return False
+        self.write_error = None
         return True
 
     def flush(self) -> None:

@@ -46,6 +46,14 @@ class StoreError(UserError):
     """The database cannot be used (written by a newer version, not a SQLite file ...)."""
 
 
+class StoreWriteError(StoreError):
+    """A write the database refused (the disk full, the file made read-only, locked longer than the
+    busy timeout): one line; the transaction was rolled back, so nothing is half-written."""
+
+    def __init__(self, exc: sqlite3.Error) -> None:
+        super().__init__(f"could not save to the chat database: {exc}")
+
+
 # MIGRATIONS (schema.py) maps each version to the steps that make it from the one before.
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -83,15 +91,29 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One explicit write transaction (the connection runs in autocommit mode otherwise).
 
     ``BEGIN IMMEDIATE`` takes the write lock up front, so two processes never both read a
-    version and then both try to migrate.
+    version and then both try to migrate.  A write SQLite refuses (``OperationalError``: disk
+    full, read-only, busy) is one :class:`StoreWriteError`, after the rollback: every write of
+    the store goes through here.
     """
-    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise StoreWriteError(exc) from None
     try:
         yield conn
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        _rollback(conn)
+        raise StoreWriteError(exc) from None
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
-    conn.execute("COMMIT")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # a rollback that fails leaves SQLite's own rollback on close
+            conn.execute("ROLLBACK")
 
 
 def connect(path: Path) -> sqlite3.Connection:
