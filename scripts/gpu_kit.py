@@ -707,14 +707,17 @@ def measure_lookup(pair: Any, history: list[int], k: int, reps: int) -> list[flo
     per answer, then each round adds the few tokens the last one emitted.  (Timing ``reset()`` plus a
     proposal re-indexed the whole history every time: 273 us at depth 256 on the H100 run, against
     3 us a round at 4k tokens on a 2-core CPU this way.)"""
-    pair.lookup.reset()
+    from specchat.engine.settings import Drafter
+
+    lookup = pair.drafters[Drafter.LOOKUP]
+    lookup.reset()
     grown = list(history)
-    pair.lookup.propose(grown, k)
+    lookup.propose(grown, k)
     out = []
     for i in range(reps):
         grown.extend(history[i % len(history): i % len(history) + 3])
-        pair.lookup.propose(grown, k)
-        out.append(pair.lookup.last_seconds)
+        lookup.propose(grown, k)
+        out.append(lookup.last_seconds)
     return out
 
 

@@ -11,6 +11,7 @@ import jsonschema
 
 from helpers.app_driver import send, wait_idle
 from specchat.harness.suite import PERSON_SCHEMA
+from specchat.sampling_settings import StructuredOutput
 from specchat.workers.generation import load_pair
 
 
@@ -19,7 +20,7 @@ def test_a_chat_with_a_json_schema_answers_valid_json_with_speculation_on(qtbot,
     app = fake_app()
     schema = PERSON_SCHEMA  # the builtin suite's schema, as JSON text
     app.add_chat(target=qwen_target, draft=qwen_draft, speculation="draft", max_tokens=160, task="json",
-                 structured_kind="json_schema", structured_text=schema, system_prompt="Answer with JSON only.")
+                 structured=StructuredOutput("json_schema", schema), system_prompt="Answer with JSON only.")
     s = app.start(qtbot, pair_factory=load_pair)
     send(qtbot, s.window.pane, "A person with name, age, email and three hobbies, realistic values.")
     wait_idle(qtbot, s, timeout=240_000)
