@@ -99,20 +99,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=float, default=60.0, help="seconds before a run is killed or a wait given up")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--only", choices=("cli", "stop"), help="only the CLI runs, or only Stop and close")
     ap.add_argument("--max-mib", type=int, default=2048, help="kill a CLI run whose memory passes this")
     ap.add_argument("--stop-modes", default=",".join(STOP_MODES),
                     help="the modes to time Stop and close in (in this process: leave out what grows memory without bound)")
     args = ap.parse_args()
     out: dict[str, dict] = {}
-    for mode in CLI_MODES:
+    for mode in CLI_MODES if args.only != "stop" else ():
         with HostileServer(mode) as server:
             out[f"chat {mode}"] = run_child(ask_chat(server.url, "--max-tokens", "8"), args.limit, args.max_mib)
         print(f"chat {mode:16} {json.dumps(out[f'chat {mode}'])}", flush=True)
-    for mode in CHECK_MODES:
+    for mode in CHECK_MODES if args.only != "stop" else ():
         with HostileServer(mode) as server:
             out[f"servers check {mode}"] = run_child(["servers", "check", server.url], args.limit, args.max_mib)
         print(f"servers check {mode:9} {json.dumps(out[f'servers check {mode}'])}", flush=True)
-    for mode in [m for m in args.stop_modes.split(",") if m]:
+    for mode in [m for m in args.stop_modes.split(",") if m] if args.only != "cli" else []:
         for how in ("stop", "close"):
             out[f"{how} {mode}"] = {"seconds": time_stop(mode, how, args.limit)}
             print(f"{how:5} {mode:16} {out[f'{how} {mode}']}", flush=True)

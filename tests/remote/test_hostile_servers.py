@@ -73,6 +73,23 @@ def test_closing_the_backend_while_the_server_withholds_its_headers_ends_the_ans
     assert "closed" in events[-1].message
 
 
+def test_headers_trickled_for_ever_end_the_answer_in_one_line_at_the_headers_deadline(monkeypatch):
+    """No Stop needed: a server that keeps trickling header bytes (each read is "progress") is given up
+    at the headers' own deadline, which a trickle cannot extend."""
+    from specchat.remote import client
+
+    monkeypatch.setattr(client, "HEADERS_S", 1.0)
+    with HostileServer("trickle_headers") as server:
+        backend = connect(server)
+        try:
+            events = list(backend.answer(AnswerRequest(HELLO), CancelToken()))
+        finally:
+            backend.close()
+    done = events[-1]
+    assert isinstance(done, Done) and done.stop_reason is StopReason.ERROR
+    assert "did not answer within 1 s" in done.message and "\n" not in done.message
+
+
 def test_an_endless_line_is_one_error_and_the_text_before_it_is_kept():
     with HostileServer("endless_line") as server:
         backend = connect(server)

@@ -27,6 +27,7 @@ from .reader import (
     DCGM_CAP,
     ERROR_CAP,
     GET_S,
+    HEADERS_S,
     JSON_CAP,
     LINE_CAP,
     METRICS_CAP,
@@ -290,7 +291,7 @@ class ServerClient:
 
         try:
             try:
-                r = guard.run(call, name="specchat-stream-open")
+                r = guard.run(call, name="specchat-stream-open", within=HEADERS_S)
             except (DeadlinePassed, Cancelled):
                 raise self._ended(guard, path) from None
             except httpx2.HTTPError as exc:

@@ -36,6 +36,7 @@ from .errors import ServerError
 CONNECT_S = 5.0  # a server that does not accept a connection in 5 s is not there
 STALL_S = 120.0  # the longest a server may think before its next event (a long prefill on a big prompt)
 GET_S = 10.0  # one plain GET, headers and body
+HEADERS_S = 60.0  # a streamed answer's headers: servers send them before the first token (a trickle cannot hold us)
 PROBE_S = 30.0  # the whole probe ('servers check', connecting a chat), whatever the server does
 JSON_CAP = 8 << 20  # /props of a big model with its chat template is ~100 KB
 METRICS_CAP = 8 << 20  # a /metrics page is tens of KiB
@@ -91,12 +92,15 @@ class Guard:
             self.expire()
             raise DeadlinePassed("deadline")
 
-    def run(self, call: Callable[[], _T], *, name: str = "specchat-http") -> _T:
-        """``call()`` on a helper thread, given up at once on cancel, or past the deadline (the socket shut
-        down either way, so the helper ends too)."""
+    def run(self, call: Callable[[], _T], *, name: str = "specchat-http", within: float | None = None) -> _T:
+        """``call()`` on a helper thread, given up at once on cancel, or past the deadline, or past ``within``
+        seconds for this call (the socket shut down either way, so the helper ends too)."""
+        limit = self.remaining() if within is None else min(self.remaining(), within)
         try:
-            return call_cancellable(call, self.token, deadline_s=max(self.remaining(), 0.0), name=name)
+            return call_cancellable(call, self.token, deadline_s=max(limit, 0.0), name=name)
         except DeadlinePassed:
+            if within is not None and within < self.deadline_s:
+                self.deadline_s = round(within, 1)  # what the message says it waited for
             self.expire()
             raise
 
