@@ -28,6 +28,7 @@ from specchat.workers.generation import PairInfo
 
 from .chat_list import ChatList
 from .chat_pane import ChatPane
+from .fitting import ElidedLabel
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
 from .servers_dialog import ServersDialog
@@ -66,6 +67,7 @@ class WindowSession(Protocol):
 
     def set_config(self, config: AppConfig) -> ConfigChange: ...
 
+TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the window state
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
@@ -83,6 +85,7 @@ class MainWindow(QMainWindow):
         self.resize(1200, 800)
         self.telemetry = TelemetryPanel(session.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
+        self.resizeDocks([self.telemetry], [TELEMETRY_WIDTH], Qt.Orientation.Horizontal)  # the chat gets the rest
         self.chats = ChatList(self.store, self.answers, self)
         self.pane = ChatPane(self.store, self.answers)
         split = QSplitter()
@@ -93,12 +96,13 @@ class MainWindow(QMainWindow):
         split.setChildrenCollapsible(False)  # dragged to the edge, the chat list stays at its minimum width
         self.splitter = split
         self.setCentralWidget(split)
-        self.pair_status = QLabel("no model loaded")
+        self.pair_status = ElidedLabel("no model loaded")  # a long pair name elides, never widens the window
         self.memory_status = QLabel()
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
-        self.actions_by_slot = build_menus(self, {"telemetry": toggle}, {"set_theme": str(self.config["theme"])})
+        self.actions_by_slot = build_menus(self, {"telemetry": toggle},
+                                           {"set_theme": str(self.config["theme"]), "set_chat_list": True})
         self.answers.queueChanged.connect(self._update_chat_actions)
 
         self.chats.chatSelected.connect(self.open_chat)
@@ -278,6 +282,13 @@ class MainWindow(QMainWindow):
     def show_task_table(self) -> None:
         TaskTableDialog(self.store, self).exec()
 
+    def set_chat_list(self, shown: bool) -> None:
+        """View → Chat list: hidden, the chat gets its room and the window may be narrower."""
+        self.chats.widget.setVisible(shown)
+        action = self.actions_by_slot.get("set_chat_list")
+        if action is not None and action.isChecked() != shown:
+            action.setChecked(shown)
+
     def set_tint(self, on: bool) -> None:
         self.pane.conversation.set_tint(on)
 
@@ -371,6 +382,7 @@ class MainWindow(QMainWindow):
             self._window_state.setValue("window/geometry", self.saveGeometry())
             self._window_state.setValue("window/state", self.saveState(WINDOW_STATE_VERSION))
             self._window_state.setValue("window/splitter", self.splitter.saveState())
+            self._window_state.setValue("window/chat_list", not self.chats.widget.isHidden())
             self._window_state.sync()
         super().closeEvent(event)
 
@@ -387,3 +399,5 @@ class MainWindow(QMainWindow):
         splitter = self._window_state.value("window/splitter")
         if splitter is not None:
             self.splitter.restoreState(splitter)  # the chat list's width as the user dragged it
+        if str(self._window_state.value("window/chat_list", "true")).lower() == "false":
+            self.set_chat_list(False)
