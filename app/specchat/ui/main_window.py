@@ -8,7 +8,6 @@ it is given.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import psutil
@@ -150,13 +149,21 @@ class MainWindow(QMainWindow):
         self._update_chat_actions()
 
     def new_chat(self) -> None:
-        last = self.store.list_chats()
-        # a new chat starts from the latest chat's pair and settings, with the default speculation mode;
-        # the very first one from the config's target and draft (a deployment's config.toml)
-        base = last[0].settings if last else ChatSettings(target=self.config.model_path("target"),
-                                                           draft=self.config.model_path("draft"))
-        chat = self.store.create_chat("New chat", replace(base, speculation=str(self.config["default_mode"])))
+        """A new chat from the user's defaults, shown, the composer focused.
+
+        The defaults are the app settings' target, draft and speculation mode; never another chat's
+        schema, system prompt, sampling or server.  With no default target in the settings, the
+        latest chat's local pair (the pair chosen with Pair… stays chosen), and nothing else of it.
+        """
+        target, draft = self.config.model_path("target"), self.config.model_path("draft")
+        if target is None:
+            local = next((c.settings for c in self.store.list_chats() if c.settings.target is not None), None)
+            if local is not None:
+                target, draft = local.target, local.draft
+        chat = self.store.create_chat("New chat", ChatSettings(target=target, draft=draft,
+                                                               speculation=str(self.config["default_mode"])))
         self.open_chat(chat.id)
+        self.pane.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def delete_chat(self, chat_id: int | None = None) -> None:
         """Delete a chat; an answer it is generating is stopped first."""
