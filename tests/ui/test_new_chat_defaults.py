@@ -42,3 +42,15 @@ def test_a_new_chat_after_a_server_chat_runs_on_this_machine_with_the_default_pa
     assert not new.sampling.structured.active
     assert w.pane.header.pair_label.text().startswith("fake-target.gguf")
     assert w.focusWidget() is w.pane.composer
+
+
+def test_no_model_pair_goes_once_a_pair_loads(qtbot, fake_app):
+    """Issue 25 item 6: a stale "No model pair" line stayed on screen after the pair loaded."""
+    app = fake_app()
+    w = app.start(qtbot).window  # no pair anywhere: the first chat has none
+    w.pane.composer.setPlainText("Hi.")
+    w.pane.send()
+    assert w.pane.notice.isVisible() and w.pane.notice.text().startswith("No model pair")
+    w._pair_chosen(*app.model_files())  # what Models → Use this pair does
+    qtbot.waitUntil(lambda: w.session.answers.pair_info is not None, timeout=5_000)
+    qtbot.waitUntil(lambda: not w.pane.notice.isVisible(), timeout=5_000)
