@@ -8,15 +8,17 @@ they stand (before ``--``):
 - ``--config FILE``: the settings from FILE instead of the profile's config.toml.
 
 An unknown command is an error that lists the commands, never the app; the app is
-refused with one line, before Qt is imported, where there is no display to open it on.
+refused with one line, before Qt is imported, where there is no display to open it on, or
+where Qt's X11 platform plugin (xcb) would abort for want of a system library.
 """
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 COMMANDS = ("chat", "bench", "simulate", "models", "servers", "config")
@@ -76,6 +78,51 @@ def display_problem(environ: Mapping[str, str], platform: str) -> str | None:
             f"commands ({', '.join(COMMANDS)}; 'specchat --help'), or set QT_QPA_PLATFORM=offscreen")
 
 
+# What Qt's xcb platform plugin (PySide6 6.5+, libQt6XcbQpa) loads from the system, by soname, with the
+# Debian/Ubuntu package that has it; the README's set-up line installs the same packages.
+XCB_LIBRARIES = {
+    "libxcb-cursor.so.0": "libxcb-cursor0", "libxcb-icccm.so.4": "libxcb-icccm4",
+    "libxcb-image.so.0": "libxcb-image0", "libxcb-keysyms.so.1": "libxcb-keysyms1",
+    "libxcb-randr.so.0": "libxcb-randr0", "libxcb-render-util.so.0": "libxcb-render-util0",
+    "libxcb-shape.so.0": "libxcb-shape0", "libxcb-shm.so.0": "libxcb-shm0", "libxcb-sync.so.1": "libxcb-sync1",
+    "libxcb-xfixes.so.0": "libxcb-xfixes0", "libxcb-xkb.so.1": "libxcb-xkb1", "libxcb-util.so.1": "libxcb-util1",
+    "libxkbcommon-x11.so.0": "libxkbcommon-x11-0", "libX11-xcb.so.1": "libx11-xcb1", "libEGL.so.1": "libegl1",
+    "libfontconfig.so.1": "libfontconfig1",
+}
+
+
+def _loadable(soname: str) -> bool:
+    """Whether the dynamic loader finds a library (what Qt's plugin loader will ask it)."""
+    try:
+        ctypes.CDLL(soname)
+    except OSError:
+        return False
+    return True
+
+
+def xcb_problem(environ: Mapping[str, str], platform: str,
+                loadable: Callable[[str], bool] = _loadable) -> str | None:
+    """The system libraries Qt's xcb plugin needs and cannot find, in one line; None when it can
+    load (or Qt will not use xcb: not Linux, another platform asked for, or a Wayland session).
+
+    Without them Qt prints "could not load the Qt platform plugin xcb" and aborts the process.
+    """
+    if not platform.startswith("linux"):
+        return None
+    wanted = [p.split(":", 1)[0].strip().lower() for p in environ.get("QT_QPA_PLATFORM", "").split(";")]
+    wanted = [p for p in wanted if p]
+    if wanted and not wanted[0].startswith("xcb"):
+        return None
+    if not wanted and environ.get("WAYLAND_DISPLAY"):
+        return None  # Qt tries its wayland plugin first
+    missing = [name for name in XCB_LIBRARIES if not loadable(name)]
+    if not missing:
+        return None
+    packages = " ".join(dict.fromkeys(XCB_LIBRARIES[name] for name in missing))
+    return (f"Qt's X11 platform plugin (xcb) needs {', '.join(missing)}, not installed: on Debian/Ubuntu "
+            f"'sudo apt install {packages}' (QT_QPA_PLATFORM=offscreen specchat --self-test checks the rest)")
+
+
 def unknown_command(word: str) -> str:
     close = difflib.get_close_matches(word, COMMANDS, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
@@ -105,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = Profile.at(profile_dir) if profile_dir is not None else Profile.default()
     if not argv:
-        problem = display_problem(os.environ, sys.platform)
+        problem = display_problem(os.environ, sys.platform) or xcb_problem(os.environ, sys.platform)
         if problem:
             print(f"specchat: {problem}", file=sys.stderr)
             return 2

@@ -116,8 +116,8 @@ _C = ControllerSettings()
 DECODE_NICE = 2  # docs/benchmarks.md: window lateness p99 13.6 ms at 0, 11.4 ms at 2, 8.3 ms at 5 (two busy cores)
 SCHEMA: tuple[Setting, ...] = (
     Setting("target", "Default target model (GGUF file)", "",
-            help="the large model that verifies; used by new chats when none exists yet, and by "
-                 "'specchat chat' / 'bench' when --target is not given"),
+            help="the large model that verifies; every new chat starts with it (empty: with the latest "
+                 "chat's), and 'specchat chat' / 'bench' use it when --target is not given"),
     Setting("draft", "Default draft model (GGUF file)", "",
             help="the small model that proposes tokens (same tokenizer as the target); empty: none"),
     Setting("n_ctx", "Context size (tokens)", 4096, 256, 262144, help="tokens the model sees at once",

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from specchat.__main__ import display_problem, split_global_flags, unknown_command
+from specchat.__main__ import (
+    XCB_LIBRARIES,
+    _loadable,
+    display_problem,
+    split_global_flags,
+    unknown_command,
+    xcb_problem,
+)
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -147,3 +154,54 @@ def test_a_profile_that_is_a_file_is_refused(tmp_path):
     f.write_text("x")
     assert one_line(specchat(clean_env(tmp_path), "--profile", f, "config"), 2) == \
         f"specchat: --profile {f}: not a directory"
+
+
+# -- Qt's xcb plugin without its system libraries (issue 25 item 10) ------------------------------
+
+
+@pytest.mark.parametrize("environ, platform, checked", [
+    ({"DISPLAY": ":0"}, "linux", True),  # Qt's default on an X11 session
+    ({"QT_QPA_PLATFORM": "xcb", "DISPLAY": ":0"}, "linux", True),
+    ({"QT_QPA_PLATFORM": "xcb:nograb"}, "linux", True),
+    ({"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0"}, "linux", False),  # Qt tries wayland first
+    ({"QT_QPA_PLATFORM": "wayland;xcb"}, "linux", False),
+    ({"QT_QPA_PLATFORM": "offscreen"}, "linux", False),
+    ({"DISPLAY": ":0"}, "darwin", False),
+    ({"DISPLAY": ":0"}, "win32", False),
+])
+def test_xcb_problem_names_the_missing_libraries_and_their_packages_in_one_line(environ, platform, checked):
+    asked: list[str] = []
+
+    def no_cursor(name: str) -> bool:
+        asked.append(name)
+        return name not in ("libxcb-cursor.so.0", "libxcb-keysyms.so.1")
+
+    problem = xcb_problem(environ, platform, no_cursor)
+    assert (problem is not None) == checked and bool(asked) == checked
+    if problem:
+        assert "libxcb-cursor.so.0, libxcb-keysyms.so.1" in problem and "\n" not in problem
+        assert "sudo apt install libxcb-cursor0 libxcb-keysyms1'" in problem
+    assert xcb_problem(environ, platform, lambda _name: True) is None  # all there: Qt may start
+
+
+def test_the_readme_set_up_line_installs_every_library_the_check_asks_for():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    setup = next(line for line in readme.splitlines() if "sudo apt install build-essential" in line)
+    assert all(package in setup for package in XCB_LIBRARIES.values()), setup
+
+
+def test_the_app_without_xcb_libraries_is_one_line_and_no_qt_abort(tmp_path):
+    missing = [name for name in XCB_LIBRARIES if not _loadable(name)]
+    if not missing:
+        pytest.skip("this machine has every library Qt's xcb plugin needs")
+    proc = specchat(clean_env(tmp_path, DISPLAY=":77"), "--profile", tmp_path / "p")
+    line = one_line(proc, 2)
+    assert line.startswith("specchat: Qt's X11 platform plugin (xcb) needs") and missing[0] in line
+    assert "could not" not in proc.stderr and proc.returncode != -6
+
+
+def test_help_names_the_options_of_the_app_and_every_command(tmp_path):
+    proc = specchat(clean_env(tmp_path), "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--profile DIR", "--config FILE", "--self-test"):
+        assert option in proc.stdout

@@ -174,3 +174,41 @@ def test_a_plot_spec_added_to_the_list_is_built_and_painted(qtbot, monkeypatch):
     assert p.p_draft_ms.viewRange()[1] == [0.0, 20.0]  # its range rule
     # it is the lowest round plot now: the shared "round" axis moved under it
     assert p.p_draft_ms.getAxis("bottom").isVisible() and not p.p_time.getAxis("bottom").isVisible()
+
+
+def _k(panel) -> list[float]:
+    return [] if panel.c_k.yData is None else list(panel.c_k.yData)
+
+
+def _feed_unpainted(panel, events, request_id):
+    """Feed an answer without painting it: only the panel's own timers may paint it."""
+    t = 2000.0 + 100 * request_id
+    for ev in events:
+        t += 0.05
+        panel.recorder.feed(request_id, 7, ev, now=t)
+
+
+@pytest.mark.parametrize("hide", ["close button", "View menu"])
+def test_hidden_and_shown_again_the_panel_paints_the_new_answer(qtbot, panel, hide):
+    """Issue 25: closing the dock stopped its timers for good; it kept showing the previous answer."""
+    _feed_unpainted(panel, answer_events([R(2, 2, 2)] * 3), request_id=1)
+    qtbot.waitUntil(lambda: len(_k(panel)) == 3, timeout=5_000)
+    if hide == "close button":
+        panel.close()  # what the dock's [x] does
+    else:
+        panel.toggleViewAction().trigger()
+    assert not panel.isVisible() and not panel.live
+    panel.toggleViewAction().trigger()  # View → Telemetry panel
+    assert panel.isVisible() and panel.live
+    _feed_unpainted(panel, answer_events([R(3, 3, 1)] * 5), request_id=2)
+    qtbot.waitUntil(lambda: len(_k(panel)) == 8, timeout=5_000)  # painted by its timer, no repaint_now
+    assert _k(panel)[-5:] == [3] * 5
+    qtbot.waitUntil(lambda: "<b>11</b> tokens" in panel.numbers.text(), timeout=5_000)  # 1 + 5 x (1 accepted + 1)
+
+
+def test_a_panel_never_shown_runs_no_timer(qtbot):
+    p = TelemetryPanel(TelemetryRecorder(), RamSampler(description=NO_GPU))
+    qtbot.addWidget(p)
+    assert not p.live
+    p.show()
+    assert p.live

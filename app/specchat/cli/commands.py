@@ -27,6 +27,16 @@ from specchat.errors import UserError, one_line
 from specchat.modes import MENU_NAMES
 from specchat.profile import Profile
 
+# the options __main__ takes before any command (split_global_flags), which argparse never sees
+GLOBAL_OPTIONS = """\
+'specchat' alone opens the desktop app. For the app and every command:
+  --profile DIR    keep every file under DIR (DIR/config.toml, DIR/data, DIR/cache):
+                   profiles run side by side
+  --config FILE    the settings from FILE instead of the profile's config.toml
+  --self-test      check the install (models, engine, window) and exit; without a
+                   display: QT_QPA_PLATFORM=offscreen specchat --self-test
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
@@ -118,7 +128,8 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
     config = config or AppConfig.defaults()
 
-    parser = _Parser(prog="specchat", description="Local GGUF chat with visible speculative decoding.")
+    parser = _Parser(prog="specchat", description="Local GGUF chat with visible speculative decoding.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=GLOBAL_OPTIONS)
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 

@@ -1,11 +1,18 @@
-"""Per-chat switches, visible above the conversation and saved with the chat."""
+"""Per-chat switches, visible above the conversation and saved with the chat.
+
+The header wraps (a :class:`~.fitting.FlowRow`): on a wide window it is one row, the pair's
+name elided to the room left; on a narrow one the switches move onto further rows, so the
+header never makes the window wider than its widest switch.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QPushButton, QWidget
 
 from specchat.modes import MODES
+
+from .fitting import ElidedLabel, FlowRow
 
 SPECULATION = [(m.mode, m.label) for m in MODES]
 SERVER_DECIDES = "the server decides its draft model and speculation (Chat settings… → Backend)"
@@ -20,12 +27,20 @@ class ChatHeader(QWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        row = QHBoxLayout(self)
+        self.pair_label = ElidedLabel("No model pair")
+        row = FlowRow(self, elastic=self.pair_label)
         row.setContentsMargins(8, 4, 8, 4)
-        self.pair_label = QLabel("No model pair")
         self.pair_button = QPushButton("Pair…")
         self.pair_button.setToolTip("Choose the target and draft models for this chat")
+        # what the chat answers with besides the pair, when anything: a schema or grammar, a system prompt
+        self.active = ElidedLabel()
+        bold = self.active.font()
+        bold.setBold(True)
+        self.active.setFont(bold)
+        self.active.hide()
         self.speculation = QComboBox()
+        self.speculation.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.speculation.setMinimumContentsLength(12)
         for key, text in SPECULATION:
             self.speculation.addItem(text, key.value)
         self.reasoning = QCheckBox("Reasoning")
@@ -34,11 +49,9 @@ class ChatHeader(QWidget):
         self.temperature.setSingleStep(0.1)
         self.temperature.setPrefix("temp ")
         self.more = QPushButton("Chat settings…")
-        for w in (self.pair_label, self.pair_button):
+        for w in (self.pair_label, self.pair_button, self.active, self.speculation, self.reasoning,
+                  self.temperature, self.more):
             row.addWidget(w)
-        row.addStretch(1)
-        for control in (self.speculation, self.reasoning, self.temperature, self.more):
-            row.addWidget(control)
         self._loading = False
         self._pair_text = self.pair_label.text()
         self.backend = ""  # "": this machine's pair; else the server (Settings → Servers) answering the chat
@@ -53,8 +66,10 @@ class ChatHeader(QWidget):
         if not self._loading:
             self.changed.emit(change)
 
-    def show_settings(self, speculation: str, reasoning: bool, temperature: float, pair_text: str) -> None:
-        """Show a chat's saved settings without echoing them back as changes."""
+    def show_settings(self, speculation: str, reasoning: bool, temperature: float, pair_text: str,
+                      active: tuple[str, ...] = ()) -> None:
+        """Show a chat's saved settings without echoing them back as changes; ``active``: what else
+        shapes its answers, one short phrase each ("JSON schema", "system prompt"), shown when any."""
         self._loading = True
         try:
             self.speculation.setCurrentIndex(max(0, self.speculation.findData(speculation)))
@@ -63,6 +78,9 @@ class ChatHeader(QWidget):
             self._pair_text = pair_text
         finally:
             self._loading = False
+        self.active.setText(" · ".join(active))
+        self.active.setToolTip("set in Chat settings…" if active else "")
+        self.active.setVisible(bool(active))
         self._show_backend()
 
     def set_backend(self, backend: str) -> None:

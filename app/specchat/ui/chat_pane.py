@@ -164,7 +164,10 @@ class ChatPane(QWidget):
         pair = "No model pair: choose one with Pair… or the Models menu"
         if s.target:
             pair = f"{s.target.name}" + (f"  +  {s.draft.name}" if s.draft else "  (no draft)")
-        self.header.show_settings(s.speculation, s.reasoning, s.sampling.temperature, pair)
+        active = (s.sampling.structured.label if s.sampling.structured.active else "",
+                  "system prompt" if s.system_prompt.strip() else "")
+        self.header.show_settings(s.speculation, s.reasoning, s.sampling.temperature, pair,
+                                  tuple(a for a in active if a))
 
     # -- sending and stopping ---------------------------------------------------------------
 

@@ -8,7 +8,6 @@ it is given.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import psutil
@@ -28,6 +27,7 @@ from specchat.workers.generation import PairInfo
 
 from .chat_list import ChatList
 from .chat_pane import ChatPane
+from .fitting import ElidedLabel
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
 from .servers_dialog import ServersDialog
@@ -66,6 +66,7 @@ class WindowSession(Protocol):
 
     def set_config(self, config: AppConfig) -> ConfigChange: ...
 
+TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the window state
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
@@ -83,6 +84,7 @@ class MainWindow(QMainWindow):
         self.resize(1200, 800)
         self.telemetry = TelemetryPanel(session.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
+        self.resizeDocks([self.telemetry], [TELEMETRY_WIDTH], Qt.Orientation.Horizontal)  # the chat gets the rest
         self.chats = ChatList(self.store, self.answers, self)
         self.pane = ChatPane(self.store, self.answers)
         split = QSplitter()
@@ -93,12 +95,13 @@ class MainWindow(QMainWindow):
         split.setChildrenCollapsible(False)  # dragged to the edge, the chat list stays at its minimum width
         self.splitter = split
         self.setCentralWidget(split)
-        self.pair_status = QLabel("no model loaded")
+        self.pair_status = ElidedLabel("no model loaded")  # a long pair name elides, never widens the window
         self.memory_status = QLabel()
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
-        self.actions_by_slot = build_menus(self, {"telemetry": toggle}, {"set_theme": str(self.config["theme"])})
+        self.actions_by_slot = build_menus(self, {"telemetry": toggle},
+                                           {"set_theme": str(self.config["theme"]), "set_chat_list": True})
         self.answers.queueChanged.connect(self._update_chat_actions)
 
         self.chats.chatSelected.connect(self.open_chat)
@@ -146,13 +149,21 @@ class MainWindow(QMainWindow):
         self._update_chat_actions()
 
     def new_chat(self) -> None:
-        last = self.store.list_chats()
-        # a new chat starts from the latest chat's pair and settings, with the default speculation mode;
-        # the very first one from the config's target and draft (a deployment's config.toml)
-        base = last[0].settings if last else ChatSettings(target=self.config.model_path("target"),
-                                                           draft=self.config.model_path("draft"))
-        chat = self.store.create_chat("New chat", replace(base, speculation=str(self.config["default_mode"])))
+        """A new chat from the user's defaults, shown, the composer focused.
+
+        The defaults are the app settings' target, draft and speculation mode; never another chat's
+        schema, system prompt, sampling or server.  With no default target in the settings, the
+        latest chat's local pair (the pair chosen with Pair… stays chosen), and nothing else of it.
+        """
+        target, draft = self.config.model_path("target"), self.config.model_path("draft")
+        if target is None:
+            local = next((c.settings for c in self.store.list_chats() if c.settings.target is not None), None)
+            if local is not None:
+                target, draft = local.target, local.draft
+        chat = self.store.create_chat("New chat", ChatSettings(target=target, draft=draft,
+                                                               speculation=str(self.config["default_mode"])))
         self.open_chat(chat.id)
+        self.pane.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def delete_chat(self, chat_id: int | None = None) -> None:
         """Delete a chat; an answer it is generating is stopped first."""
@@ -181,6 +192,7 @@ class MainWindow(QMainWindow):
             self.answers.preload(self.pane.settings())
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
+        self.pane.show_notice("")  # "No model pair…", "No models yet…" or the last load's failure: stale now
         self.telemetry.set_memory_shares(info.memory_shares)
         self.telemetry.set_backend(info)
         self.pane.header.set_reasoning_available(info.supports_reasoning_switch)
@@ -278,6 +290,13 @@ class MainWindow(QMainWindow):
     def show_task_table(self) -> None:
         TaskTableDialog(self.store, self).exec()
 
+    def set_chat_list(self, shown: bool) -> None:
+        """View → Chat list: hidden, the chat gets its room and the window may be narrower."""
+        self.chats.widget.setVisible(shown)
+        action = self.actions_by_slot.get("set_chat_list")
+        if action is not None and action.isChecked() != shown:
+            action.setChecked(shown)
+
     def set_tint(self, on: bool) -> None:
         self.pane.conversation.set_tint(on)
 
@@ -371,6 +390,7 @@ class MainWindow(QMainWindow):
             self._window_state.setValue("window/geometry", self.saveGeometry())
             self._window_state.setValue("window/state", self.saveState(WINDOW_STATE_VERSION))
             self._window_state.setValue("window/splitter", self.splitter.saveState())
+            self._window_state.setValue("window/chat_list", not self.chats.widget.isHidden())
             self._window_state.sync()
         super().closeEvent(event)
 
@@ -387,3 +407,5 @@ class MainWindow(QMainWindow):
         splitter = self._window_state.value("window/splitter")
         if splitter is not None:
             self.splitter.restoreState(splitter)  # the chat list's width as the user dragged it
+        if str(self._window_state.value("window/chat_list", "true")).lower() == "false":
+            self.set_chat_list(False)

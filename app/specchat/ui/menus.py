@@ -56,6 +56,7 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
     )),
     ("&View", (
         Entry("Telemetry panel", "action:telemetry"),
+        Entry("Chat list", "set_chat_list", ("Ctrl+Shift+L",), checkable=True),
         Entry("Speculation by task…", "show_task_table"),
         Entry("Colour accepted draft tokens", "set_tint", checkable=True),
         Entry("Theme", "set_theme", choices=THEME_CHOICES),

@@ -46,6 +46,7 @@ PAINT_BUDGET = 0.015  # painting may take at most this share of the time: on a C
 MEMORY_MS = 1000
 NUMBERS_S = 0.5  # the running numbers: twice a second is plenty to read, and each costs a rich-text layout
 GIB = 1024**3
+PLOTS_MIN_WIDTH = 360  # docked beside the chat, the window still fits a 1280 px screen (at most 1000 px wide)
 __all__ = ["TelemetryPanel", "nice_ceiling", "stepped_window"]
 
 
@@ -122,7 +123,7 @@ class TelemetryPanel(QDockWidget):
         theme = current()
         pg.setConfigOptions(antialias=False, background=theme.plot_bg, foreground=theme.plot_fg)
         self.plots = _TimedPlots()
-        self.plots.setMinimumWidth(440)
+        self.plots.setMinimumWidth(PLOTS_MIN_WIDTH)
         v.addWidget(self.plots, 1)
         self.memory_label = QLabel()
         self.memory_label.setWordWrap(True)
@@ -144,12 +145,11 @@ class TelemetryPanel(QDockWidget):
         self._build_plots()
         self.set_theme(theme)
         controller().changed.connect(self.set_theme)
+        # the timers start when the panel shows and stop when it hides (showEvent, hideEvent)
         self._timer = QTimer(self, interval=REPAINT_MS)
         self._timer.timeout.connect(self._frame)
-        self._timer.start()
         self._mem_timer = QTimer(self, interval=MEMORY_MS)
         self._mem_timer.timeout.connect(self.sample_memory)
-        self._mem_timer.start()
         self.sample_memory()
 
     # -- plots, made once ---------------------------------------------------------------
@@ -418,10 +418,30 @@ class TelemetryPanel(QDockWidget):
         if path:
             (export_json if path.endswith(".json") else export_csv)(self.recorder, path)
 
-    def closeEvent(self, event) -> None:
+    # -- shown or hidden ----------------------------------------------------------------------
+    # The timers run while the panel is shown and stop while it is hidden, whatever shows or hides
+    # it: View → Telemetry panel, the dock's close button (a close is a hide), a saved layout, the
+    # window closing.  Stopping them in closeEvent alone left them stopped for good after the close
+    # button: the panel came back showing the previous answer as if it were current.
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if not self._timer.isActive():
+            self._timer.setInterval(REPAINT_MS)
+            self._timer.start()
+            self._mem_timer.start()
+            self.sample_memory()
+            self.repaint_now()  # what it missed while hidden, at once
+
+    def hideEvent(self, event) -> None:
+        super().hideEvent(event)
         self._timer.stop()
         self._mem_timer.stop()
-        super().closeEvent(event)
+
+    @property
+    def live(self) -> bool:
+        """Whether the panel refreshes itself (its timers run)."""
+        return self._timer.isActive() and self._mem_timer.isActive()
 
 
 def _phases_html(phases) -> str:
