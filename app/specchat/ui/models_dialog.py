@@ -28,9 +28,9 @@ from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
-from specchat.models.hub import human_bytes
+from specchat.models.hub import HubFile, human_bytes
 from specchat.models.hub_search import GGUFEntry
-from specchat.models.registry import Registry, RegistryError
+from specchat.models.registry import InstalledModel, Registry, RegistryError
 from specchat.services.download import DownloadService
 from specchat.services.download_flow import DownloadFlow, DownloadJob
 from specchat.services.hub import HubCalls, HubTasks
@@ -58,6 +58,14 @@ def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) 
         return max(on_gpu, key=lambda p: p.size)
     with_draft = [p for p in pairs if p.drafts]
     return min(with_draft, key=lambda p: p.size) if with_draft else None
+
+
+def installed_models(registry: Registry) -> list[InstalledModel]:
+    """What the registry lists; [] when it cannot be read (the Installed tab says why)."""
+    try:
+        return registry.models()
+    except RegistryError:
+        return []
 
 
 class ModelsDialog(QDialog):
@@ -98,7 +106,7 @@ class ModelsDialog(QDialog):
                                        has_token=get_token() is not None)
         self.search_tab.downloadRequested.connect(self.download_entry)
         self.tabs.addTab(self.search_tab, "Search the hub")
-        self.finder = DraftFinderTab(hub, self.pairs)
+        self.finder = DraftFinderTab(hub, self.pairs, installed=lambda: installed_models(registry))
         self.finder.useRequested.connect(self.download_and_use)
         self.search_tab.findDraftsRequested.connect(self.find_drafts)
         self.tabs.addTab(self.finder, "Find a draft")
@@ -208,11 +216,8 @@ class ModelsDialog(QDialog):
         self.search_tab.cancel_tasks()
         self.finder.cancel_tasks()
 
-    def _installed_models(self) -> list:
-        try:
-            return self.registry.models()
-        except RegistryError:
-            return []
+    def _installed_models(self) -> list[InstalledModel]:
+        return installed_models(self.registry)
 
     def download_selected(self) -> None:
         rows = self.catalog.selectionModel().selectedRows()
@@ -237,23 +242,28 @@ class ModelsDialog(QDialog):
         self.tabs.setCurrentWidget(self.finder)
         self.finder.find_for(target)
 
-    def download_and_use(self, target: GGUFEntry | Path, draft: GGUFEntry) -> None:
-        """Fetch the chosen draft (and the target, when it is on the hub), then make them the chat's pair.
-        The finder has already checked the two headers, so the download starts at once."""
-        register: tuple[tuple[int, str], ...]
-        if isinstance(target, Path):
-            files, register = draft.files, ((0, draft.ref),)
-        else:
-            files = target.files + draft.files
-            register = ((0, target.ref), (len(target.files), draft.ref))
+    def download_and_use(self, target: GGUFEntry | Path, draft: GGUFEntry | Path) -> None:
+        """Fetch what of the chosen pair is on the hub only (a Path is installed), then make them the
+        chat's pair.  The finder has already checked the two headers, so the download starts at once."""
+        pair = (target, draft)
+        files: tuple[HubFile, ...] = ()
+        register: list[tuple[int, str]] = []
+        for model in pair:
+            if isinstance(model, GGUFEntry):
+                register.append((len(files), model.ref))
+                files += model.files
 
         def use(paths: list[Path]) -> None:
-            local = [target] if isinstance(target, Path) else []
-            chosen = [*local, *paths]
+            fetched = iter(paths)
+            chosen = [model if isinstance(model, Path) else next(fetched) for model in pair]
             self.pairChosen.emit(chosen[0], chosen[1])
             self.accept()
 
-        self.flow.start(DownloadJob(f"{draft.name} for {target_name(target)}", files, register, then=use))
+        if not files:  # both installed
+            use([])
+            return
+        self.flow.start(DownloadJob(f"{target_name(draft)} for {target_name(target)}", files, tuple(register),
+                                    then=use))
 
     # -- installed -------------------------------------------------------------------
 
