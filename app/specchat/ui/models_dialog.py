@@ -337,6 +337,7 @@ class ModelsDialog(QDialog):
         left.addWidget(self.installed)
         self.installed.setWordWrap(True)
         self.installed.setAlternatingRowColors(True)
+        self.installed.setSpacing(2)
         buttons = QHBoxLayout()
         self.import_button = QPushButton("Import GGUF files…")
         self.import_button.clicked.connect(self.import_files)
@@ -493,9 +494,11 @@ class ModelsDialog(QDialog):
         none.setData(ROLE, None)
         self.drafts.addItem(none)
         for model, verdict in drafts if isinstance(drafts, list) else []:
-            entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
+            name = model.display_name  # the file's stem, as in the library
+            entry = QListWidgetItem(f"✓ {name}" if verdict else f"✗ {name}: {verdict.reason}")
             entry.setData(ROLE, model.path if verdict else None)
-            entry.setToolTip(verdict.reason)
+            entry.setToolTip(f"{model.name} (the name in its header)\n{model.path}"
+                             + (f"\n{verdict.reason}" if verdict.reason else ""))
             if not verdict:  # listed, with the reason, but cannot be picked
                 entry.setFlags(entry.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
             self.drafts.addItem(entry)
