@@ -152,3 +152,52 @@ def test_the_qwen_draft_is_found_and_gemma_and_smollm_are_refused(hub, hub_files
         sent, size = hub.sent(file.repo_id, file.filename), test_models.MODELS[name].size
         print(f"{name}: {sent:,} bytes read of {size:,} ({sent / size:.2%})")
         assert sent == c.bytes_read and sent < 0.02 * size
+
+
+# --- installed files, and a hub that cannot be reached --------------------------------------------
+
+
+@pytest.fixture
+def no_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A hub endpoint nothing listens on (connection refused): the newcomer's machine without a network."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "hf-home").mkdir()
+    point_huggingface_hub_at(f"http://127.0.0.1:{port}", tmp_path / "hf-home", monkeypatch)
+    return f"http://127.0.0.1:{port}"
+
+
+def test_with_the_hub_unreachable_installed_files_and_the_catalog_are_used_and_it_says_so(no_hub, tmp_path):
+    from specchat.models.draft_finder import search_drafts
+    from specchat.models.registry import Registry
+
+    d = tmp_path / "mine"
+    d.mkdir()
+    target = write_small_gguf(d / "Fam-Coder-7B-Instruct-Q4_K_M.gguf", TOKENS, 40_000)
+    registry = Registry(tmp_path / "registry.json")
+    for name, floats, tokens in (("Fam-Coder-0.5B-Instruct-Q4_K_M.gguf", 3_000, TOKENS),
+                                 ("Fam-Coder-1B-Instruct-Q4_K_M.gguf", 4_000, OTHER_TOKENS),
+                                 ("Fam-Coder-6B-Instruct-Q4_K_M.gguf", 33_000, TOKENS),
+                                 ("Fam-Coder-14B-Instruct-Q4_K_M.gguf", 80_000, TOKENS)):
+        registry.add(write_small_gguf(d / name, tokens, floats))
+    registry.add(target)
+    pair = CatalogPair("fam", "Fam pair", CatalogModel(TARGET, "Fam-Coder-7B-Instruct-Q4_K_M.gguf"),
+                       (CatalogModel("fam/Fam-Coder-0.3B-GGUF", "Fam-Coder-0.3B-Q4_K_M.gguf", 12_000),))
+
+    search = search_drafts(target, catalog=[pair], installed=registry.models())
+
+    assert "cannot reach" in search.hub_unreachable and no_hub in search.hub_unreachable
+    best = search.candidates[0]
+    assert best.compatible and best.entry is None and Path(best.path).name == "Fam-Coder-0.5B-Instruct-Q4_K_M.gguf"
+    assert best.source == "installed" and 5 <= best.ratio <= 20
+    by_name = {Path(c.ref).name: c for c in search.candidates}
+    assert "Fam-Coder-14B-Instruct-Q4_K_M.gguf" not in by_name  # larger than the target: never a draft
+    assert "Fam-Coder-7B-Instruct-Q4_K_M.gguf" not in by_name  # the target itself
+    assert "differs" in by_name["Fam-Coder-1B-Instruct-Q4_K_M.gguf"].reason
+    assert by_name["Fam-Coder-6B-Instruct-Q4_K_M.gguf"].reason.startswith("too large")
+    catalog = by_name["Fam-Coder-0.3B-Q4_K_M.gguf"]
+    assert catalog.source == "catalog" and catalog.entry is not None and not catalog.compatible
+    assert catalog.reason.startswith("not checked: the hub was unreachable")

@@ -320,3 +320,104 @@ def test_a_reader_never_sees_an_empty_registry_while_another_process_repairs_it(
 def test_a_missing_registry_in_a_fresh_folder_is_empty_and_makes_no_file(tmp_path):
     assert Registry(tmp_path / "registry.json").models() == []
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the library: what each model is, which catalog file it is, what deleting it removes -------------
+
+
+def test_a_record_names_the_file_and_keeps_quant_context_and_folder(tmp_path):
+    from gguf import GGUFValueType
+
+    from helpers.gguf_samples import write_gguf
+
+    (tmp_path / "mine").mkdir()
+    path = write_gguf(tmp_path / "mine" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", extra={
+        "general.name": ("Qwen2.5 Coder 1.5B Instruct AWQ", GGUFValueType.STRING),
+        "general.file_type": (15, GGUFValueType.UINT32),  # llama.cpp's MOSTLY_Q4_K_M
+        "llama.context_length": (32768, GGUFValueType.UINT32)})
+    m = Registry(tmp_path / "registry.json").add(path)
+    assert m.display_name == "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the file's stem, not the "... AWQ" of the header
+    assert m.name == "Qwen2.5 Coder 1.5B Instruct AWQ"
+    assert (m.quant, m.context_length, m.architecture) == ("Q4_K_M", 32768, "llama")
+    assert m.folder == str((tmp_path / "mine").resolve()) and m.bytes == path.stat().st_size
+
+
+def test_a_record_of_an_older_registry_gets_its_details_from_the_header(tmp_path, ggufs):
+    reg_path = tmp_path / "registry.json"
+    Registry(reg_path).add(ggufs[0])
+    doc = json.loads(reg_path.read_text())
+    for record in doc["models"].values():  # as SpecChat wrote it before it kept these
+        for key in ("context_length", "quant", "total_size"):
+            del record[key]
+    reg_path.write_text(json.dumps(doc))
+    reg = Registry(reg_path)
+    assert not reg.models()[0].details_known
+    assert reg.fill_details() == 1
+    m = Registry(reg_path).models()[0]
+    assert m.details_known and m.context_length == 128 and m.quant == "other"  # F32 tensors, no file_type
+    assert reg.fill_details() == 0
+
+
+def test_an_imported_copy_of_a_catalog_file_is_found_by_name_and_size_or_its_sha(tmp_path, ggufs):
+    from specchat.models.catalog import CatalogModel
+    from specchat.models.registry import installed_copy
+
+    reg = Registry(tmp_path / "registry.json")
+    reg.add(ggufs[1])
+    size = ggufs[1].stat().st_size
+    models = reg.models()
+    assert installed_copy(CatalogModel("o/R-GGUF", "model-1.gguf", size), models).path == str(ggufs[1].resolve())
+    assert installed_copy(CatalogModel("o/R-GGUF", "sub/model-1.gguf", size + size // 200), models) is not None  # a rounded size
+    assert installed_copy(CatalogModel("o/R-GGUF", "model-1.gguf", size * 2), models) is None  # another build, same name
+    assert installed_copy(CatalogModel("o/R-GGUF", "model-2.gguf", size), models) is None
+    blob = tmp_path / "blobs" / ("ab" * 32)  # the hub cache keeps a pulled file under its sha256
+    blob.parent.mkdir()
+    blob.write_bytes(ggufs[2].read_bytes())
+    reg.add(blob)
+    assert installed_copy(CatalogModel("o/R-GGUF", "x.gguf", 1, "AB" * 32), reg.models()).path == str(blob)
+    ggufs[1].write_bytes(ggufs[1].read_bytes() + b"\0")  # changed on disk: not installed as it was
+    assert installed_copy(CatalogModel("o/R-GGUF", "model-1.gguf", size), reg.models()) is None
+
+
+def test_an_installed_model_as_large_as_the_target_is_never_offered_as_its_draft(tmp_path, ggufs):
+    reg = Registry(tmp_path / "registry.json")
+    for g in ggufs:
+        reg.add(g)
+    verdicts = {Path(m.path).name: v for m, v in reg.drafts_for(ggufs[1])}  # model-i has i + 1 tensors
+    assert verdicts["model-0.gguf"]  # smaller, same tokenizer
+    for larger in ("model-2.gguf", "model-3.gguf"):
+        assert not verdicts[larger] and "as large as the target or larger" in verdicts[larger].reason
+
+
+def _hub_cache_copy(cache: Path, source: Path, repo: str, name: str) -> Path:
+    """``source`` laid out as huggingface_hub keeps a download: a blob and a snapshot link to it."""
+    folder = cache / ("models--" + repo.replace("/", "--"))
+    blob = folder / "blobs" / ("cd" * 32)
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(source.read_bytes())
+    link = folder / "snapshots" / ("1" * 40) / name
+    link.parent.mkdir(parents=True)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    return link
+
+
+def test_deleting_removes_a_downloaded_file_with_its_links_and_never_a_users_own(tmp_path, ggufs):
+    from specchat.models.registry import downloaded_files
+
+    cache = tmp_path / "hf" / "hub"
+    link = _hub_cache_copy(cache, ggufs[0], "o/R-GGUF", "model-0.gguf")
+    reg = Registry(tmp_path / "registry.json")
+    pulled = reg.add(link, source="o/R-GGUF/model-0.gguf")
+    own = reg.add(ggufs[1])
+    imported_from_cache = reg.add(_hub_cache_copy(cache, ggufs[2], "o/S-GGUF", "model-2.gguf"))
+    assert downloaded_files(own, cache) == []  # imported from disk: the user's own file
+    assert downloaded_files(imported_from_cache, cache) == []  # no source: SpecChat did not download it
+    assert downloaded_files(pulled, tmp_path / "elsewhere") == []  # not in the cache SpecChat downloads to
+    assert downloaded_files(pulled, cache) == [link, Path(pulled.path)]
+    assert pulled.display_name == "model-0"  # its hub name, not the blob's sha256
+
+    freed = reg.delete(pulled, cache)
+    assert freed == ggufs[0].stat().st_size and not Path(pulled.path).exists() and not link.is_symlink()
+    assert reg.delete(own, cache) == 0  # removed from the library only
+    assert ggufs[1].exists()
+    assert [m.path for m in Registry(tmp_path / "registry.json").models()] == [imported_from_cache.path]

@@ -79,7 +79,8 @@ def test_a_closed_chat_settings_dialog_takes_no_late_check(qtbot, tasks, held_ch
 
 @pytest.fixture
 def two_models(tmp_path: Path) -> tuple[Path, Path]:
-    return write_gguf(tmp_path / "target.gguf"), write_gguf(tmp_path / "draft.gguf")
+    # the draft smaller than the target: one as large is never offered as its draft
+    return write_gguf(tmp_path / "target.gguf", n_tensors=3), write_gguf(tmp_path / "draft.gguf", n_tensors=1)
 
 
 @pytest.fixture

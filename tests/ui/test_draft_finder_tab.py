@@ -72,3 +72,41 @@ def test_an_unknown_target_is_one_line(qtbot, fake_app, family_hub) -> None:  # 
     dialog.finder.find_button.click()
     qtbot.waitUntil(lambda: "nobody/Nothing-GGUF" in dialog.finder.status.text(), timeout=10_000)
     assert "\n" not in dialog.finder.status.text() and not dialog.finder.use_button.isEnabled()
+
+
+@pytest.fixture
+def no_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub endpoint nothing listens on: a machine without a network."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "hf-home").mkdir()
+    point_huggingface_hub_at(f"http://127.0.0.1:{port}", tmp_path / "hf-home", monkeypatch)
+
+
+def test_without_a_hub_an_installed_draft_is_offered_and_the_hub_named_unreachable(qtbot, fake_app, no_hub,
+                                                                                   tmp_path) -> None:  # noqa: ANN001
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    target = write_small_gguf(mine / "Fam-Coder-7B-Instruct-Q4_K_M.gguf", TOKENS, 40_000)
+    draft = write_small_gguf(mine / "Fam-Coder-0.5B-Instruct-Q4_K_M.gguf", TOKENS, 3_000)
+    for path in (target, draft):
+        s.registry.add(path)
+    dialog = s.window.models_dialog()
+    qtbot.addWidget(dialog)
+    finder = dialog.finder
+    dialog.find_drafts(target)
+    qtbot.waitUntil(lambda: finder.table.rowCount() > 0 and finder._task is None, timeout=20_000)
+    status = finder.status.text()
+    assert status.startswith("The hub was unreachable (cannot reach") and "no model of this family" not in status
+    assert finder.table.item(0, 0).text().startswith("Fam-Coder-0.5B-Instruct-Q4_K_M.gguf  (installed")
+    assert finder.table.item(0, 3).text().startswith("✓ compatible")
+    assert finder.use_button.isEnabled() and finder.use_button.text() == "Use the pair"
+    with qtbot.waitSignal(dialog.pairChosen, timeout=5_000) as chosen:
+        finder.use_button.click()
+    assert chosen.args == [target.resolve(), draft.resolve()] and dialog.downloads.active is None

@@ -318,7 +318,7 @@ def _has_token() -> bool:
 
 
 def cmd_drafts(args: argparse.Namespace) -> int:
-    from specchat.models.draft_finder import find_drafts, target_entry
+    from specchat.models.draft_finder import search_drafts, target_entry
 
     pairs, problems = load_catalog_lenient(args.profile.user_catalog)
     for problem in problems:
@@ -327,27 +327,32 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     try:
         on_disk = local.exists() or args.target.startswith((".", "/", "~"))
         target = local if on_disk else target_entry(args.target)
-        found = find_drafts(target, catalog=pairs, limit_checks=args.checks,
-                            progress=lambda msg: print(f"  {msg}", file=sys.stderr))
+        search = search_drafts(target, catalog=pairs, installed=Registry(args.profile.registry).models(),
+                               limit_checks=args.checks, progress=lambda msg: print(f"  {msg}", file=sys.stderr))
     except UserError as exc:
         raise CliError(str(exc)) from None
+    found = search.candidates
+    if search.hub_unreachable:
+        print(f"specchat: the hub was unreachable ({search.hub_unreachable}): only installed files and the "
+              "catalog were looked at", file=sys.stderr)
     if args.json:
-        print(json.dumps([{"ref": c.entry.ref, "files": [f.filename for f in c.entry.files], "size": c.entry.size,
+        print(json.dumps([{"ref": c.ref, "files": [f.filename for f in c.entry.files] if c.entry else [c.path],
+                           "size": c.size,
                            "ratio": round(c.ratio, 2), "compatible": c.compatible, "reason": c.reason,
                            "note": c.note, "source": c.source, "bytes_read": c.bytes_read} for c in found], indent=1))
         return 0
     good = [c for c in found if c.compatible]
     print("Compatible drafts (best first):" if good else "No compatible draft found.")
     for c in good:
-        print(f"  {c.entry.ref}  {_gb(c.entry.size)}, {c.ratio:.1f}x smaller ({c.source})"
+        print(f"  {c.ref}  {_gb(c.size)}, {c.ratio:.1f}x smaller ({c.source})"
               + (f"; {c.note}" if c.note else ""))
     refused = [c for c in found if not c.compatible]
     if refused:
         print("Refused:")
     for c in refused:
-        print(f"  {c.entry.ref}  {c.ratio:.1f}x smaller ({c.source}): {c.reason}")
-    if good:
-        print(f"pull with: specchat models pull {good[0].entry.ref}", file=sys.stderr)
+        print(f"  {c.ref}  {c.ratio:.1f}x smaller ({c.source}): {c.reason}")
+    if good and good[0].entry is not None:
+        print(f"pull with: specchat models pull {good[0].ref}", file=sys.stderr)
     return 0
 
 

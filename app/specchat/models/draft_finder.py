@@ -2,6 +2,8 @@
 
 Candidates come from the target's family (each with the reason it was considered):
 
+- ``installed``: every installed model smaller than the target (its header is read from disk;
+  nothing to download when it fits);
 - ``catalog``: drafts the catalog pairs with the same target repo or family;
 - ``organisation``: GGUF repos of the base model's authors or the target's uploader whose
   names share the family (``Qwen2.5-Coder-*``);
@@ -24,8 +26,15 @@ Check.  Every candidate in range is checked against the target's tokenizer heade
 vocabulary size) cost one 64 KiB range, a compatible draft its header plus < 1 MiB.  The
 target's header is read once.
 
-Ranking.  Compatible drafts first, nearest to 10x first (by the log of the ratio: 5x and 20x
-are equally far); then the refused ones, with their reason, in the same order.
+Ranking.  Compatible drafts first, installed ones before those still to download, nearest to
+10x first (by the log of the ratio: 5x and 20x are equally far); then the refused ones, with
+their reason, in the same order.
+
+Offline.  When the hub cannot be reached at all (:class:`~.hub.HubUnreachableError`) it is not
+asked again in the same search: the installed files are checked as usual, the catalog's drafts
+are listed from the catalog (its sizes; "not checked: the hub was unreachable"), and
+:class:`DraftSearch` says the hub was unreachable, so an empty list is never taken for "no model
+of this family exists".
 
 Bounds.  At most ``max_repos`` repos are listed and ``limit_checks`` headers checked; the
 whole search stops at ``deadline_s`` (what is left is listed as not checked); ``cancel``
@@ -37,19 +46,20 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specchat.cancel import CancelToken
 
 from .catalog import CatalogPair
-from .compatibility import TokenizerInfo
+from .compatibility import TokenizerInfo, check_tokenizers
 from .fit import read_split
 from .gguf_header import GGUFError, GGUFHeader
-from .hub import DownloadCancelled, DownloadError, HubFile
+from .hub import DownloadCancelled, DownloadError, HubFile, HubUnreachableError
 from .hub_names import HubNameError, check_repo_id
-from .hub_search import GGUFEntry, RepoHit, list_gguf_files, quant_bits, search_repos
+from .hub_search import GGUFEntry, RepoHit, list_gguf_files, quant_bits, quant_of, search_repos
+from .registry import InstalledModel
 from .remote import HEADER_CAP, check_remote_draft, fetch_header
 
 RATIO_USUAL = (5.0, 20.0)
@@ -63,13 +73,42 @@ _NOT_A_NAME = re.compile(r"(?i)[-_. ]?gguf$")
 
 @dataclass(frozen=True, slots=True)
 class DraftCandidate:
-    entry: GGUFEntry
+    entry: GGUFEntry | None  # the file on the hub; None for an installed file
     ratio: float  # target size / draft size
     compatible: bool
     reason: str  # "" when compatible, else one line
-    source: str  # "base_model" | "organisation" | "name" | "catalog": why it was considered
+    source: str  # "installed" | "base_model" | "organisation" | "name" | "catalog": why it was considered
     note: str = ""  # for a compatible draft outside the usual 5-20x
     bytes_read: int = 0  # of its header
+    path: str = ""  # an installed file: used as it is, nothing to download
+    local_size: int = 0  # its bytes (every part of a split model)
+
+    @property
+    def ref(self) -> str:
+        """owner/repo/file.gguf on the hub, or the installed file's path."""
+        return self.entry.ref if self.entry is not None else self.path
+
+    @property
+    def size(self) -> int:
+        return self.entry.size if self.entry is not None else self.local_size
+
+
+@dataclass(frozen=True, slots=True)
+class DraftSearch:
+    candidates: list[DraftCandidate]
+    hub_unreachable: str = ""  # why the hub could not be asked (then only installed files and the catalog were)
+
+
+class _Hub:
+    """Whether the hub answered in this search: once unreachable it is not asked again."""
+
+    def __init__(self) -> None:
+        self.unreachable = ""
+
+    def lost(self, exc: HubUnreachableError, say: Callable[[str], None]) -> None:
+        if not self.unreachable:
+            self.unreachable = str(exc)
+            say(f"the hub is unreachable ({exc}); looking at installed files and the catalog only")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,22 +123,29 @@ class _Target:
     params: float | None  # from the size label, in millions
 
 
-def find_drafts(
+def find_drafts(target: GGUFEntry | Path, *, catalog: list[CatalogPair], **kwargs) -> list[DraftCandidate]:  # noqa: ANN003
+    """:func:`search_drafts`'s candidates."""
+    return search_drafts(target, catalog=catalog, **kwargs).candidates
+
+
+def search_drafts(
     target: GGUFEntry | Path,
     *,
     catalog: list[CatalogPair],
+    installed: Sequence[InstalledModel] = (),
     token: str | None = None,
     limit_checks: int = 12,
     max_repos: int = MAX_REPOS,
     deadline_s: float = FINDER_DEADLINE_S,
     cancel: CancelToken | None = None,
     progress: Callable[[str], None] | None = None,
-) -> list[DraftCandidate]:
-    """Drafts for ``target``, compatible ones first (see the module docstring for the rules).
-    DownloadError / GGUFError (one line) when the target itself cannot be read; a candidate's
-    problems become its reason."""
+) -> DraftSearch:
+    """Drafts for ``target`` among the ``installed`` models, the catalog and the hub, compatible ones
+    first (see the module docstring for the rules).  DownloadError / GGUFError (one line) when the
+    target itself cannot be read; a candidate's problems become its reason."""
     say = progress or (lambda _msg: None)
     end = time.monotonic() + deadline_s
+    hub = _Hub()
 
     def check_cancel() -> None:
         if cancel is not None and cancel.cancelled:
@@ -107,17 +153,36 @@ def find_drafts(
 
     t = _local_target(Path(target)) if isinstance(target, Path) else _hub_target(target, token)
     say(f"family {t.family!r}; looking for smaller models")
-    found: list[DraftCandidate] = []
-    for entry, source in _candidates(t, catalog, token, max_repos, check_cancel, say, end):
+    mine = {m.path: m for m in installed if m.is_current() and 0 < m.bytes < t.size
+            and not (isinstance(target, Path) and m.path == str(target.resolve()))}
+    found = [DraftCandidate(None, t.size / m.bytes, False, _size_refusal(t.size / m.bytes), "installed",
+                            path=m.path, local_size=m.bytes) for m in mine.values()]
+    for entry, source in _candidates(t, catalog, token, max_repos, check_cancel, say, end, hub):
+        if any(_same_file(entry, m) for m in mine.values()):
+            continue  # installed: listed as such, nothing to download
         if entry.size <= 0:
+            if hub.unreachable and source == "catalog":  # the catalog gives no size: listed, unchecked
+                found.append(DraftCandidate(entry, 0.0, False, _unreachable(hub), source))
             continue
         ratio = t.size / entry.size
-        found.append(DraftCandidate(entry, ratio, False, _size_refusal(ratio), source))
-    return _check_all(t, found, token, limit_checks, end, check_cancel, say, deadline_s)
+        refusal = _size_refusal(ratio) or (_unreachable(hub) if hub.unreachable else "")
+        found.append(DraftCandidate(entry, ratio, False, refusal, source))
+    return DraftSearch(_check_all(t, found, token, limit_checks, end, check_cancel, say, deadline_s, hub),
+                       hub.unreachable)
+
+
+def _unreachable(hub: _Hub) -> str:
+    return f"not checked: the hub was unreachable ({hub.unreachable})"
+
+
+def _same_file(entry: GGUFEntry, m: InstalledModel) -> bool:
+    """An installed copy of a hub entry: pulled from it, or the same file name and size."""
+    return m.source == entry.ref or (m.file_name == entry.first.filename.rsplit("/", 1)[-1] and m.bytes == entry.size)
 
 
 def _check_all(t: _Target, found: list[DraftCandidate], token: str | None, limit_checks: int, end: float,
-               check_cancel: Callable[[], None], say: Callable[[str], None], deadline_s: float) -> list[DraftCandidate]:
+               check_cancel: Callable[[], None], say: Callable[[str], None], deadline_s: float,
+               hub: _Hub) -> list[DraftCandidate]:
     out = []
     checks = 0
     for c in sorted(found, key=_rank):
@@ -125,6 +190,12 @@ def _check_all(t: _Target, found: list[DraftCandidate], token: str | None, limit
             out.append(c)
             continue
         check_cancel()
+        if c.entry is None:  # installed: its header is on disk, no hub call, no limit
+            out.append(_check_local(t, c))
+            continue
+        if hub.unreachable:
+            out.append(replace(c, reason=_unreachable(hub)))
+            continue
         if checks >= limit_checks:
             out.append(replace(c, reason=f"not checked: the limit of {limit_checks} header checks was reached"))
             continue
@@ -133,8 +204,8 @@ def _check_all(t: _Target, found: list[DraftCandidate], token: str | None, limit
             continue
         checks += 1
         say(f"checking {c.entry.ref} ({c.ratio:.1f}x smaller)")
-        out.append(_check(t, c, token))
-    return sorted(out, key=lambda c: (not c.compatible, _rank(c)))
+        out.append(_check(t, c, token, hub, say))
+    return sorted(out, key=lambda c: (not c.compatible, c.entry is not None, _rank(c)))
 
 
 def _rank(c: DraftCandidate) -> float:
@@ -150,9 +221,13 @@ def _size_refusal(ratio: float) -> str:
     return ""
 
 
-def _check(t: _Target, c: DraftCandidate, token: str | None) -> DraftCandidate:
+def _check(t: _Target, c: DraftCandidate, token: str | None, hub: _Hub, say: Callable[[str], None]) -> DraftCandidate:
+    assert c.entry is not None
     try:
         got = check_remote_draft(t.tokenizer, c.entry.first, token=token, cap_bytes=HEADER_CAP)
+    except HubUnreachableError as exc:
+        hub.lost(exc, say)
+        return replace(c, reason=_unreachable(hub))
     except DownloadError as exc:
         what = "gated" if "gated" in str(exc) else "header unreadable"
         return replace(c, reason=f"{what}: {exc}")
@@ -160,9 +235,22 @@ def _check(t: _Target, c: DraftCandidate, token: str | None) -> DraftCandidate:
         return replace(c, reason=f"header unreadable: {exc}")
     if not got.verdict:
         return replace(c, reason=got.verdict.reason, bytes_read=got.bytes_read)
+    return _fits(c, got.bytes_read)
+
+
+def _fits(c: DraftCandidate, bytes_read: int) -> DraftCandidate:
     lo, hi = RATIO_USUAL
     note = "" if lo <= c.ratio <= hi else f"{c.ratio:.1f}x smaller: outside the usual {lo:g}-{hi:g}x"
-    return replace(c, compatible=True, reason="", note=note, bytes_read=got.bytes_read)
+    return replace(c, compatible=True, reason="", note=note, bytes_read=bytes_read)
+
+
+def _check_local(t: _Target, c: DraftCandidate) -> DraftCandidate:
+    """An installed candidate, from its header on disk."""
+    try:
+        verdict = check_tokenizers(t.tokenizer, TokenizerInfo.from_file(c.path))
+    except (GGUFError, OSError) as exc:
+        return replace(c, reason=f"header unreadable: {exc}")
+    return _fits(c, 0) if verdict else replace(c, reason=verdict.reason)
 
 
 # --- the target --------------------------------------------------------------------------------
@@ -196,8 +284,6 @@ def _hub_target(entry: GGUFEntry, token: str | None) -> _Target:
 
 
 def _local_target(path: Path) -> _Target:
-    from .hub_search import quant_of
-
     headers = read_split(path)
     header = headers[0]
     parts = [path] if len(headers) == 1 else _part_paths(path, len(headers))
@@ -249,18 +335,28 @@ def _family_from_header(header: GGUFHeader, fallback: str) -> tuple[str, float |
 
 def _candidates(t: _Target, catalog: list[CatalogPair], token: str | None, max_repos: int,
                 check_cancel: Callable[[], None], say: Callable[[str], None],
-                end: float) -> Iterable[tuple[GGUFEntry, str]]:
-    """(entry, source) for each candidate repo, at most ``max_repos`` repos asked about."""
+                end: float, hub: _Hub) -> Iterable[tuple[GGUFEntry, str]]:
+    """(entry, source) for each candidate repo, at most ``max_repos`` repos asked about; with the hub
+    unreachable, the catalog's drafts as the catalog gives them."""
     seen = {t.repo_id} if t.repo_id else set()
     asked = 0
-    for repo, file, source in _candidate_repos(t, catalog, token, check_cancel, say):
+    for repo, file, source in _candidate_repos(t, catalog, token, check_cancel, say, hub):
         if repo in seen or asked >= max_repos or time.monotonic() > end:
             continue
         seen.add(repo)
-        asked += 1
         check_cancel()
+        if hub.unreachable:
+            if file is not None:
+                yield GGUFEntry(file.repo_id, file.filename, quant_of(file.filename), (file,)), source
+            continue
+        asked += 1
         try:
             entry = _listed(file, token) if file is not None else _pick(t, repo, token)
+        except HubUnreachableError as exc:
+            hub.lost(exc, say)
+            if file is not None:
+                yield GGUFEntry(file.repo_id, file.filename, quant_of(file.filename), (file,)), source
+            continue
         except (DownloadError, HubNameError) as exc:
             say(f"skipped {repo}: {exc}")
             continue
@@ -269,7 +365,7 @@ def _candidates(t: _Target, catalog: list[CatalogPair], token: str | None, max_r
 
 
 def _candidate_repos(t: _Target, catalog: list[CatalogPair], token: str | None,
-                     check_cancel: Callable[[], None], say: Callable[[str], None]
+                     check_cancel: Callable[[], None], say: Callable[[str], None], hub: _Hub
                      ) -> Iterable[tuple[str, HubFile | None, str]]:
     for pair in catalog:
         same = pair.target.repo == t.repo_id or family_of(pair.target.repo)[0].lower() == t.family.lower()
@@ -281,8 +377,13 @@ def _candidate_repos(t: _Target, catalog: list[CatalogPair], token: str | None,
     searches = [(org, "organisation") for org in t.orgs] + [(None, "base_model" if t.family_from_base else "name")]
     for author, source in searches:
         check_cancel()
+        if hub.unreachable:
+            return
         try:
             hits = search_repos(t.family[:100], sort="downloads", limit=50, token=token, author=author)
+        except HubUnreachableError as exc:
+            hub.lost(exc, say)
+            return
         except DownloadError as exc:
             say(f"search for {t.family!r} failed: {exc}")
             continue

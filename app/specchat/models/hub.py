@@ -153,6 +153,11 @@ class DownloadError(UserError):
     """A download failed for a reason the user can act on; the message is one line for the user."""
 
 
+class HubUnreachableError(DownloadError):
+    """The hub could not be reached at all (no network, a refused connection, HF_HUB_OFFLINE): asking
+    it again in the same search is pointless, and what was found without it is all there is."""
+
+
 class DownloadCancelled(DownloadError, Cancelled):
     """The user cancelled; the partial file stays in the cache and the next call resumes it."""
 
@@ -705,11 +710,12 @@ def hub_error(exc: BaseException, file: HubFile) -> DownloadError:
     elif isinstance(exc, HfHubHTTPError):
         msg = f"the hub answered HTTP {status} for {name} in {repo}; try again later"
     elif isinstance(exc, OfflineModeIsEnabled):
-        msg = f"{name} is not in the cache and HF_HUB_OFFLINE is set"
+        return HubUnreachableError(f"{name} is not in the cache and HF_HUB_OFFLINE is set")
     elif isinstance(exc, FileMetadataError):
         msg = f"{endpoint} did not answer like a Hugging Face hub for {name} (check HF_ENDPOINT and proxies)"
     elif isinstance(exc, httpx2.HTTPError | ConnectionError):
-        msg = f"cannot reach {endpoint} for {name} ({type(exc).__name__}); check the connection and try again"
+        return HubUnreachableError(f"cannot reach {endpoint} for {name} ({type(exc).__name__}); "
+                                   "check the connection and try again")
     elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         msg = f"disk full while writing {name}; free some space and try again (the download resumes)"
     elif isinstance(exc, OSError) and exc.errno is not None:

@@ -54,7 +54,7 @@ from .fit import (
     split_count,
 )
 from .gguf_header import GGUFError
-from .hub import ERROR_BODY_MAX, HUB_ERRORS, DownloadError, HubFile, in_background
+from .hub import ERROR_BODY_MAX, HUB_ERRORS, DownloadError, HubFile, HubUnreachableError, in_background
 from .hub_names import HubNameError, check_repo_id, check_revision
 from .remote import HEADER_CAP, HEADER_DEADLINE_S, fetch_header
 
@@ -197,9 +197,10 @@ def repo_error(exc: BaseException, repo_id: str | None, revision: str, what: str
     elif isinstance(exc, HfHubHTTPError):
         msg = f"{what}: the hub answered HTTP {status}; try again later"
     elif isinstance(exc, OfflineModeIsEnabled):
-        msg = f"{what} needs the hub, and HF_HUB_OFFLINE is set"
+        return HubUnreachableError(f"{what} needs the hub, and HF_HUB_OFFLINE is set")
     elif isinstance(exc, httpx2.HTTPError | ConnectionError):
-        msg = f"cannot reach {endpoint} for {what} ({type(exc).__name__}); check the connection and try again"
+        return HubUnreachableError(f"cannot reach {endpoint} for {what} ({type(exc).__name__}); "
+                                   "check the connection and try again")
     else:
         msg = f"{what}: {exc}"
     return DownloadError(" ".join(msg.split()))

@@ -26,17 +26,18 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from specchat import files
 from specchat.errors import UserError
 from specchat.profile import Profile
 
+from .catalog import CatalogModel
 from .compatibility import PairCompatibility, check_pair
-from .fit import SPLIT_NAME, read_split
-from .gguf_header import GGUFError
+from .fit import SPLIT_NAME, read_split, split_part_name
+from .gguf_header import GGUFError, GGUFHeader
 
 REGISTRY_VERSION = 1
 LOCK_TIMEOUT_S = files.LOCK_TIMEOUT_S
@@ -59,6 +60,10 @@ class InstalledModel:
     n_vocab: int
     source: str = ""  # "owner/repo/file" when it came from the hub, "" when imported from disk
     added: float = 0.0
+    # read from the header since registry 1.x of issue 25; 0 / "" in a record written before (unknown)
+    context_length: int = 0  # the context the model was trained for (tokens)
+    quant: str = ""  # "Q4_K_M", "Q8_0", ... from general.file_type, else from the file name
+    total_size: int = 0  # bytes of every part of a split model (size is the first part's)
 
     def is_current(self) -> bool:
         try:
@@ -66,6 +71,34 @@ class InstalledModel:
         except OSError:
             return False
         return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
+
+    @property
+    def file_name(self) -> str:
+        """The model's file name as the user knows it: the hub's name for a pulled file (the hub cache
+        keeps it as blobs/<sha256>), else the name on disk."""
+        return PurePosixPath(self.source).name if self.source else Path(self.path).name
+
+    @property
+    def display_name(self) -> str:
+        """The file's stem ("qwen2.5-coder-1.5b-instruct-q4_k_m"; a split model without its
+        "-00001-of-00003"), never the header's general.name, which may name another build."""
+        name = self.file_name
+        m = SPLIT_NAME.match(name)
+        return m["prefix"] if m else name.removesuffix(".gguf")
+
+    @property
+    def folder(self) -> str:
+        return str(Path(self.path).parent)
+
+    @property
+    def bytes(self) -> int:
+        """What the model takes on disk (every part of a split model)."""
+        return self.total_size or self.size
+
+    @property
+    def details_known(self) -> bool:
+        """False for a record written before the header's context length and quantisation were kept."""
+        return bool(self.quant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +121,8 @@ class RebuildReport:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(InstalledModel))
-_REQUIRED = set(_FIELD_NAMES) - {"source", "added"}
+_OPTIONAL = {"source", "added", "context_length", "quant", "total_size"}  # absent from older records
+_REQUIRED = set(_FIELD_NAMES) - _OPTIONAL
 
 
 def default_registry_path() -> Path:
@@ -124,6 +158,9 @@ def _model_error(key: str, m: object) -> str | None:
         "n_vocab": _is_int(m["n_vocab"]) and m["n_vocab"] >= 0,
         "source": isinstance(m.get("source", ""), str),
         "added": _is_time(m.get("added", 0.0)),
+        "context_length": _is_int(m.get("context_length", 0)) and m.get("context_length", 0) >= 0,
+        "quant": isinstance(m.get("quant", ""), str),
+        "total_size": _is_int(m.get("total_size", 0)) and m.get("total_size", 0) >= 0,
     }
     bad = [name for name, ok in checks.items() if not ok]
     # other fields (a later 1.x may add some) are kept as they are and never read
@@ -248,13 +285,50 @@ def salvage(raw: bytes) -> tuple[list[tuple[str, str]], dict | None]:
 
 def _record(path: Path, *, source: str, added: float) -> dict:
     """A model's record, read from the file now: GGUFError for a bad file, OSError when unreadable."""
-    header = read_split(path)[0]  # a split model: every part present, whole and of the set
+    headers = read_split(path)  # a split model: every part present, whole and of the set
+    header = headers[0]
     st = path.stat()
+    total = st.st_size + sum(p.stat().st_size for p in part_paths(path, len(headers))[1:])
     return asdict(InstalledModel(
         path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
         name=header.get_str("general.name", path.stem), architecture=header.architecture,
         n_vocab=len(header.get_tokens()), source=source, added=added,
+        context_length=max(0, _int(header, f"{header.architecture}.context_length", 1, 1 << 40)),
+        quant=_quant(header, PurePosixPath(source).name if source else path.name), total_size=total,
     ))
+
+
+# llama.cpp's llama_ftype: what general.file_type says the weights mostly are
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+               12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+               19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+               26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
+               36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4"}
+
+
+def _int(header: GGUFHeader, key: str, lo: int, hi: int) -> int:
+    """A value shown in the library, ``lo - 1`` when absent or malformed (llama.cpp says so when it loads)."""
+    try:
+        return header.get_int(key, lo - 1, lo=lo, hi=hi)
+    except GGUFError:
+        return lo - 1
+
+
+def _quant(header: GGUFHeader, file_name: str) -> str:
+    """The quantisation the header states, else the one the file name says, else "other"."""
+    from .hub_search import quant_of
+
+    file_type = _int(header, "general.file_type", 0, 1 << 16)
+    return _FILE_TYPES.get(file_type) or quant_of(file_name)
+
+
+def part_paths(path: str | Path, count: int) -> list[Path]:
+    """Every part of the model whose first part is ``path`` (``[path]`` for a model in one file)."""
+    path = Path(path)
+    m = SPLIT_NAME.match(path.name)
+    if count <= 1 or m is None:
+        return [path]
+    return [path.with_name(split_part_name(m["prefix"], i, count)) for i in range(count)]
 
 
 def _resolved(path: str | Path) -> str:
@@ -482,6 +556,49 @@ class Registry:
         self._update(change)
         return RebuildReport(**counts)
 
+    def fill_details(self) -> int:
+        """Read again the headers of current files whose records predate the library's details
+        (context length, quantisation, split size); how many were filled in.  Reads headers: not on
+        the GUI thread.  A record another process changed meanwhile is left as it wrote it."""
+        self._refresh()
+        before = {k: dict(m) for k, m in self._doc.get("models", {}).items()
+                  if not _model(m).details_known and _model(m).is_current()}
+        after = {}
+        for key, old in before.items():
+            try:
+                after[key] = {**old, **_record(Path(key), source=old.get("source", ""), added=old.get("added", 0.0))}
+            except (GGUFError, OSError):
+                continue  # shown as it is; 'specchat models rebuild' drops it
+        if not after:
+            return 0
+
+        def change(doc: dict) -> int:
+            filled = 0
+            for key, new in after.items():
+                if doc["models"].get(key) == before[key]:
+                    doc["models"][key] = new
+                    filled += 1
+            return filled
+
+        return int(self._update(change))  # type: ignore[call-overload]
+
+    def delete(self, model: InstalledModel, cache: Path) -> int:
+        """Remove ``model`` from the library and delete the files SpecChat downloaded for it into the
+        hub cache ``cache`` (:func:`downloaded_files`: never a file imported from disk); the bytes freed.
+        The record goes first (a half-deleted model cannot load); RegistryError, one line, for a file
+        that cannot be deleted."""
+        doomed = downloaded_files(model, cache)
+        self.remove(model.path)
+        freed = 0
+        for path in doomed:
+            try:
+                size = 0 if path.is_symlink() else path.stat().st_size
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise RegistryError(f"{path}: removed from the library but not deleted ({exc.strerror or exc})") from None
+            freed += size
+        return freed
+
     def find(self, name: str) -> list[InstalledModel]:
         """Installed models called ``name``: their registry name or their file name without '.gguf'."""
         return [m for m in self.models() if name in (m.name, Path(m.path).stem)]
@@ -548,9 +665,66 @@ class Registry:
     def drafts_for(self, target: str | Path) -> list[tuple[InstalledModel, PairCompatibility]]:
         """Every other installed model with its verdict as a draft for ``target`` (the UI lists both kinds)."""
         t = _resolved(target)
+        models = self.models()
+        target_bytes = next((m.bytes for m in models if m.path == t), 0)
         out = []
-        for m in self.models():
+        for m in models:
             if m.path != t and m.is_current():
-                out.append((m, self.compatibility(t, m.path)))
+                if target_bytes and m.bytes >= target_bytes:  # would cost more per token than it saves
+                    out.append((m, PairCompatibility(False, too_large(m.bytes, target_bytes))))
+                else:
+                    out.append((m, self.compatibility(t, m.path)))
         return out
+
+
+def too_large(draft_bytes: int, target_bytes: int) -> str:
+    from .hub import human_bytes
+
+    return (f"not a draft for it: as large as the target or larger ({human_bytes(draft_bytes)} vs "
+            f"{human_bytes(target_bytes)}); a draft must be several times smaller")
+
+
+# -- what is installed, seen from elsewhere ------------------------------------------------------
+
+SIZE_TOLERANCE = 0.01  # the catalog's sizes of files it has no exact size for are rounded
+
+
+def installed_copy(model: CatalogModel, installed: Iterable[InstalledModel]) -> InstalledModel | None:
+    """The current installed copy of a catalog file, or None: pulled from it (its source), the hub
+    cache's blob named by its sha256, or the same file imported from disk (the same file name and
+    size; the name alone when the catalog gives no size)."""
+    name = PurePosixPath(model.file).name.lower()
+    for m in installed:
+        if not m.is_current():
+            continue
+        if m.source == model.ref or (model.sha256 and Path(m.path).name.lower() == model.sha256.lower()):
+            return m
+        if m.file_name.lower() != name:
+            continue
+        if model.size is None or abs(m.bytes - model.size) <= SIZE_TOLERANCE * model.size:
+            return m
+    return None
+
+
+def downloaded_files(model: InstalledModel, cache: Path) -> list[Path]:
+    """What deleting ``model`` deletes: when SpecChat downloaded it (it has a hub source) and it lives
+    in the hub cache ``cache``, every part's file and the cache's links to them (links first); []
+    for any other file: one imported from disk is the user's own, and stays."""
+    if not model.source:
+        return []
+    first = Path(model.path)
+    m = SPLIT_NAME.match(first.name)
+    try:
+        root = cache.resolve()
+        folder = first.parent.resolve().relative_to(root)
+    except (OSError, ValueError):  # no cache, or the file is elsewhere
+        return []
+    if not folder.parts:
+        return []
+    parts = part_paths(first, int(m["count"]) if m else 1)
+    blobs = {p.resolve() for p in parts if p.exists()}
+    snapshots = root / folder.parts[0] / "snapshots"
+    links = sorted(p for p in snapshots.rglob("*") if p.is_symlink() and p.resolve() in blobs) \
+        if snapshots.is_dir() else []
+    return links + sorted(blobs)
 

@@ -12,16 +12,18 @@ task are bounded by their own deadlines (:mod:`specchat.models.remote`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject
 
 from specchat.models import catalog_fit
 from specchat.models.catalog import CatalogPair
-from specchat.models.draft_finder import DraftCandidate, find_drafts, target_entry
+from specchat.models.draft_finder import DraftSearch, search_drafts, target_entry
 from specchat.models.fit import FitVerdict
 from specchat.models.hub import HubFile
 from specchat.models.hub_search import GGUFEntry, entry_fit, list_gguf_files, search_repos
+from specchat.models.registry import InstalledModel
 from specchat.models.remote import check_remote_pair
 from specchat.workers.tasks import TaskContext, TaskHandle, TaskRunner
 
@@ -70,10 +72,12 @@ class HubCalls:
         """-> (PairCompatibility, bytes read), from the two headers"""
         return self.tasks.run_task(lambda task: check_remote_pair(target, draft))
 
-    def find_drafts(self, target: GGUFEntry | Path | str, catalog: list[CatalogPair]) -> TaskHandle:
-        """-> (the target as an entry or path, list[DraftCandidate]); a str target is a hub reference"""
-        def find(task: TaskContext) -> tuple[GGUFEntry | Path, list[DraftCandidate]]:
+    def find_drafts(self, target: GGUFEntry | Path | str, catalog: list[CatalogPair],
+                    installed: Sequence[InstalledModel] = ()) -> TaskHandle:
+        """-> (the target as an entry or path, DraftSearch); a str target is a hub reference; the
+        installed models (frozen records) are candidates too, checked from their headers on disk"""
+        def find(task: TaskContext) -> tuple[GGUFEntry | Path, DraftSearch]:
             resolved = target_entry(target) if isinstance(target, str) else target
-            return resolved, find_drafts(resolved, catalog=catalog, cancel=task.token)
+            return resolved, search_drafts(resolved, catalog=catalog, installed=installed, cancel=task.token)
 
         return self.tasks.run_task(find)

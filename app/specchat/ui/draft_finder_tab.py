@@ -1,17 +1,20 @@
 """Models → Find a draft: for a target (installed, or a file on the hub) the drafts that can serve it.
 
-:func:`specchat.models.draft_finder.find_drafts` gathers candidates of the target's family
-(its base_model tags, its organisation, name patterns, the catalog), keeps those 5 to 20
-times smaller and reads each one's header (about 1 MiB) to check the tokenizer.  This tab
-shows the compatible ones first, ranked, and the refused ones after them with the reason,
-greyed out: a list that is silently empty is what users of other apps complain about most.
-One click downloads the chosen draft (and the target, when it is on the hub) and makes the
-pair the chat's.
+:func:`specchat.models.draft_finder.search_drafts` gathers candidates: the installed models
+smaller than the target, and the target's family (its base_model tags, its organisation, name
+patterns, the catalog); it keeps those 5 to 20 times smaller and reads each one's header (from
+disk, or about 1 MiB from the hub) to check the tokenizer.  This tab shows the compatible ones
+first, ranked, and the refused ones after them with the reason, greyed out: a list that is
+silently empty is what users of other apps complain about most.  When the hub could not be
+reached it says so above the list (what is listed comes from installed files and the catalog).
+One click downloads what is not installed yet (the draft, and the target when it is on the hub)
+and makes the pair the chat's.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -28,15 +31,16 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.models.catalog import CatalogPair
-from specchat.models.draft_finder import DraftCandidate
+from specchat.models.draft_finder import DraftCandidate, DraftSearch
 from specchat.models.hub import human_bytes
 from specchat.models.hub_search import GGUFEntry
+from specchat.models.registry import InstalledModel
 from specchat.services.hub import HubCalls, HubTasks
 from specchat.workers.tasks import TaskHandle
 
 ROLE = Qt.ItemDataRole.UserRole
 SOURCE_TEXT = {"base_model": "base model tag", "organisation": "same organisation", "name": "name pattern",
-               "catalog": "catalog"}
+               "catalog": "catalog", "installed": "installed"}
 
 
 def target_name(target: GGUFEntry | Path) -> str:
@@ -44,12 +48,14 @@ def target_name(target: GGUFEntry | Path) -> str:
 
 
 class DraftFinderTab(QWidget):
-    useRequested = Signal(object, object)  # target (GGUFEntry | Path), draft GGUFEntry
+    useRequested = Signal(object, object)  # target (GGUFEntry | Path), draft (GGUFEntry, or Path: installed)
 
-    def __init__(self, hub: HubTasks, catalog: list[CatalogPair], parent: QWidget | None = None) -> None:
+    def __init__(self, hub: HubTasks, catalog: list[CatalogPair], parent: QWidget | None = None, *,
+                 installed: Callable[[], Sequence[InstalledModel]] = tuple) -> None:
         super().__init__(parent)
         self.hub = hub
         self.catalog = catalog
+        self.installed = installed  # the registry's records now (frozen: safe to hand to the hub thread)
         self.target: GGUFEntry | Path | None = None
         self._task: TaskHandle | None = None
         self.candidates: list[DraftCandidate] = []
@@ -109,28 +115,30 @@ class DraftFinderTab(QWidget):
         self.table.setRowCount(0)
         self.heading.setText(f"Drafts for <b>{html.escape(name)}</b>")
         self.status.setText("Gathering candidates of the same family and reading their headers (about 1 MiB each)…")
-        self._task = HubCalls(self.hub).find_drafts(target if target is not None else name, self.catalog)
+        self._task = HubCalls(self.hub).find_drafts(target if target is not None else name, self.catalog,
+                                                    tuple(self.installed()))
         self._task.returned.connect(self._on_done)
         self._task.failed.connect(self._on_failed)
         self._update_button()
 
     def _on_done(self, result: object) -> None:
         self._task = None
-        if not isinstance(result, tuple):
+        if not isinstance(result, tuple) or not isinstance(result[1], DraftSearch):
             return
-        self.target, candidates = result
-        self.show_candidates(candidates)
+        self.target, search = result
+        self.show_candidates(search.candidates, hub_unreachable=search.hub_unreachable)
 
     def _on_failed(self, message: str, _cancelled: bool) -> None:
         self._task = None
         self.status.setText(message)
         self._update_button()
 
-    def show_candidates(self, candidates: list[DraftCandidate]) -> None:
+    def show_candidates(self, candidates: list[DraftCandidate], *, hub_unreachable: str = "") -> None:
         self.candidates = candidates
         self.table.setRowCount(len(candidates))
         for row, c in enumerate(candidates):
-            cells = (c.entry.ref, human_bytes(c.entry.size) if c.entry.size else "–",
+            name = c.ref if c.entry is not None else f"{Path(c.path).name}  (installed: {Path(c.path).parent})"
+            cells = (name, human_bytes(c.size) if c.size else "–",
                      f"{c.ratio:.1f}×" if c.ratio else "–",
                      ("✓ compatible" + (f" ({c.note})" if c.note else "")) if c.compatible else f"✗ {c.reason}", SOURCE_TEXT.get(c.source, c.source))
             for col, text in enumerate(cells):
@@ -143,10 +151,15 @@ class DraftFinderTab(QWidget):
                 self.table.setItem(row, col, item)
         good = sum(c.compatible for c in candidates)
         refused = len(candidates) - good
+        offline = (f"The hub was unreachable ({hub_unreachable}), so only installed models and the catalog "
+                   "were looked at. ") if hub_unreachable else ""
         if not candidates:
-            self.status.setText("No candidate found: no model of this family on the hub or in the catalog.")
+            self.status.setText(offline + ("No installed model is smaller than the target, and the catalog has no "
+                                           "draft of its family." if offline else
+                                           "No candidate found: no model of this family installed, on the hub "
+                                           "or in the catalog."))
         else:
-            self.status.setText(f"{good} compatible, {refused} refused (the reason is in each row). "
+            self.status.setText(offline + f"{good} compatible, {refused} refused (the reason is in each row). "
                                 "Ranked by how much smaller than the target they are.")
         if good:
             self.table.selectRow(next(i for i, c in enumerate(candidates) if c.compatible))
@@ -165,9 +178,15 @@ class DraftFinderTab(QWidget):
         return c if c.compatible else None
 
     def _update_button(self) -> None:
-        self.use_button.setEnabled(self.selected() is not None and self._task is None)
+        chosen = self.selected()
+        self.use_button.setEnabled(chosen is not None and self._task is None)
+        if chosen is not None and chosen.entry is None:  # installed
+            self.use_button.setText("Use the pair" if isinstance(self.target, Path)
+                                    else "Download the target and use the pair")
+        else:
+            self.use_button.setText("Download the draft and use the pair")
 
     def _use(self) -> None:
         chosen = self.selected()
         if chosen is not None and self.target is not None:
-            self.useRequested.emit(self.target, chosen.entry)
+            self.useRequested.emit(self.target, chosen.entry if chosen.entry is not None else Path(chosen.path))

@@ -1,11 +1,14 @@
-"""Models: the catalog with a fit verdict for this machine, downloads, installed models,
-and for a chosen target the drafts that can serve it, with the reason for those that cannot."""
+"""Models: the catalog with a fit verdict for this machine (and which of its files are installed
+already: an installed pair is used, never downloaded again), downloads, the library of installed
+models (each named by its file, with its quantisation, size, context length, architecture and
+folder; removed from the library, or deleted when SpecChat downloaded it), and for a chosen target
+the drafts that can serve it, with the reason for those that cannot."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from huggingface_hub import get_token
+from huggingface_hub import constants, get_token
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
@@ -15,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QTableWidget,
@@ -28,9 +32,9 @@ from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
 from specchat.models.gguf_header import GGUFError
-from specchat.models.hub import human_bytes
+from specchat.models.hub import HubFile, human_bytes
 from specchat.models.hub_search import GGUFEntry
-from specchat.models.registry import Registry, RegistryError
+from specchat.models.registry import InstalledModel, Registry, RegistryError, downloaded_files, installed_copy
 from specchat.services.download import DownloadService
 from specchat.services.download_flow import DownloadFlow, DownloadJob
 from specchat.services.hub import HubCalls, HubTasks
@@ -58,6 +62,22 @@ def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) 
         return max(on_gpu, key=lambda p: p.size)
     with_draft = [p for p in pairs if p.drafts]
     return min(with_draft, key=lambda p: p.size) if with_draft else None
+
+
+def installed_models(registry: Registry) -> list[InstalledModel]:
+    """What the registry lists; [] when it cannot be read (the Installed tab says why)."""
+    try:
+        return registry.models()
+    except RegistryError:
+        return []
+
+
+def library_text(m: InstalledModel) -> str:
+    """Two lines: the file's stem (never the header's general.name, which may name another build),
+    then quantisation, size, context length, architecture and folder."""
+    context = f"{m.context_length:,} ctx" if m.context_length else "context ?"
+    details = " · ".join([m.quant or "quant ?", human_bytes(m.bytes), context, m.architecture, m.folder])
+    return f"{m.display_name}{'' if m.is_current() else '  — missing'}\n{details}"
 
 
 class ModelsDialog(QDialog):
@@ -98,12 +118,14 @@ class ModelsDialog(QDialog):
                                        has_token=get_token() is not None)
         self.search_tab.downloadRequested.connect(self.download_entry)
         self.tabs.addTab(self.search_tab, "Search the hub")
-        self.finder = DraftFinderTab(hub, self.pairs)
+        self.finder = DraftFinderTab(hub, self.pairs, installed=lambda: installed_models(registry))
         self.finder.useRequested.connect(self.download_and_use)
         self.search_tab.findDraftsRequested.connect(self.find_drafts)
         self.tabs.addTab(self.finder, "Find a draft")
         layout.addWidget(self.tabs)
         layout.addLayout(self._download_bar())
+        self._details_asked = False
+        self.details_read: TaskHandle | None = None
         self.refresh_installed()
         self._fit_task: TaskHandle | None = None
         if cache_dir is not None:
@@ -162,6 +184,7 @@ class ModelsDialog(QDialog):
         buttons = QHBoxLayout()
         self.download_button = QPushButton("Download pair")
         self.download_button.clicked.connect(self.download_selected)
+        self.catalog.itemSelectionChanged.connect(self._update_download_button)
         buttons.addStretch(1)
         buttons.addWidget(self.download_button)
         v.addLayout(buttons)
@@ -205,26 +228,68 @@ class ModelsDialog(QDialog):
             self.drafts_read.cancel()
         if self._fit_task is not None:
             self._fit_task.cancel()
+        if self.details_read is not None:
+            self.details_read.cancel()
         self.search_tab.cancel_tasks()
         self.finder.cancel_tasks()
 
-    def _installed_models(self) -> list:
-        try:
-            return self.registry.models()
-        except RegistryError:
-            return []
+    def _installed_models(self) -> list[InstalledModel]:
+        return installed_models(self.registry)
+
+    def _installed_copies(self, pair: CatalogPair) -> list[InstalledModel | None]:
+        """The installed copy of each file of ``pair`` (target, first draft), None where there is none."""
+        installed = self._installed_models()
+        return [installed_copy(m, installed) for m in pair.files()]
+
+    def refresh_catalog_installed(self) -> None:
+        """The Download column says what is installed already (matched by source, sha256, or name and size)."""
+        for row in range(self.catalog.rowCount()):
+            name = self.catalog.item(row, 0)
+            pair = next((p for p in self.pairs if name is not None and p.id == name.data(ROLE)), None)
+            if pair is None:
+                continue
+            copies = self._installed_copies(pair)
+            missing = sum(m.size or 0 for m, copy in zip(pair.files(), copies, strict=True) if copy is None)
+            if all(copies):
+                text = "✓ installed"
+            elif any(copies):
+                text = f"{human_bytes(missing)} ({'target' if copies[0] else 'draft'} installed)"
+            else:
+                text = human_bytes(pair.size)
+            cell = QTableWidgetItem(text)
+            cell.setToolTip("\n".join(f"{m.ref}: installed at {copy.path}" if copy else f"{m.ref}: not installed"
+                                      for m, copy in zip(pair.files(), copies, strict=True)))
+            self.catalog.setItem(row, 1, cell)
+        self._update_download_button()
+
+    def _selected_pair(self) -> CatalogPair | None:
+        rows = self.catalog.selectionModel().selectedRows()
+        name = self.catalog.item(rows[0].row(), 0) if rows else None
+        if name is None:  # every catalog row has its name cell; nothing to download otherwise
+            return None
+        return next(p for p in self.pairs if p.id == name.data(ROLE))
+
+    def _update_download_button(self) -> None:
+        pair = self._selected_pair()
+        copies = self._installed_copies(pair) if pair is not None else []
+        self.download_button.setText("Use pair" if copies and all(copies) else
+                                     "Download the missing file" if any(copies) else "Download pair")
 
     def download_selected(self) -> None:
-        rows = self.catalog.selectionModel().selectedRows()
-        if not rows:
+        """Download the selected pair; what of it is installed already is used, not fetched again."""
+        pair = self._selected_pair()
+        if pair is None:
             return
-        name = self.catalog.item(rows[0].row(), 0)
-        if name is None:  # every catalog row has its name cell; nothing to download otherwise
+        models = list(pair.files())
+        copies = self._installed_copies(pair)
+        if all(copies):
+            paths = [Path(c.path) for c in copies if c is not None]
+            self.pairChosen.emit(paths[0], paths[1] if len(paths) > 1 else None)
+            self.accept()
             return
-        pair = next(p for p in self.pairs if p.id == name.data(ROLE))
-        models = [pair.target, *pair.drafts[:1]]
-        files = tuple(m.hub_file() for m in models)
-        self.flow.start(DownloadJob(pair.name, files, tuple((i, m.ref) for i, m in enumerate(models)),
+        wanted = [m for m, copy in zip(models, copies, strict=True) if copy is None]
+        files = tuple(m.hub_file() for m in wanted)
+        self.flow.start(DownloadJob(pair.name, files, tuple((i, m.ref) for i, m in enumerate(wanted)),
                                     check=(files[0], files[1]) if len(files) == 2 else None))
 
     def download_entry(self, entry: GGUFEntry) -> None:
@@ -237,23 +302,28 @@ class ModelsDialog(QDialog):
         self.tabs.setCurrentWidget(self.finder)
         self.finder.find_for(target)
 
-    def download_and_use(self, target: GGUFEntry | Path, draft: GGUFEntry) -> None:
-        """Fetch the chosen draft (and the target, when it is on the hub), then make them the chat's pair.
-        The finder has already checked the two headers, so the download starts at once."""
-        register: tuple[tuple[int, str], ...]
-        if isinstance(target, Path):
-            files, register = draft.files, ((0, draft.ref),)
-        else:
-            files = target.files + draft.files
-            register = ((0, target.ref), (len(target.files), draft.ref))
+    def download_and_use(self, target: GGUFEntry | Path, draft: GGUFEntry | Path) -> None:
+        """Fetch what of the chosen pair is on the hub only (a Path is installed), then make them the
+        chat's pair.  The finder has already checked the two headers, so the download starts at once."""
+        pair = (target, draft)
+        files: tuple[HubFile, ...] = ()
+        register: list[tuple[int, str]] = []
+        for model in pair:
+            if isinstance(model, GGUFEntry):
+                register.append((len(files), model.ref))
+                files += model.files
 
         def use(paths: list[Path]) -> None:
-            local = [target] if isinstance(target, Path) else []
-            chosen = [*local, *paths]
+            fetched = iter(paths)
+            chosen = [model if isinstance(model, Path) else next(fetched) for model in pair]
             self.pairChosen.emit(chosen[0], chosen[1])
             self.accept()
 
-        self.flow.start(DownloadJob(f"{draft.name} for {target_name(target)}", files, register, then=use))
+        if not files:  # both installed
+            use([])
+            return
+        self.flow.start(DownloadJob(f"{target_name(draft)} for {target_name(target)}", files, tuple(register),
+                                    then=use))
 
     # -- installed -------------------------------------------------------------------
 
@@ -265,9 +335,18 @@ class ModelsDialog(QDialog):
         self.installed = QListWidget()
         self.installed.currentItemChanged.connect(lambda *_: self.refresh_drafts())
         left.addWidget(self.installed)
+        self.installed.setWordWrap(True)
+        self.installed.setAlternatingRowColors(True)
+        self.installed.setSpacing(2)
+        buttons = QHBoxLayout()
         self.import_button = QPushButton("Import GGUF files…")
         self.import_button.clicked.connect(self.import_files)
-        left.addWidget(self.import_button)
+        self.remove_button = QPushButton("Remove…")
+        self.remove_button.setToolTip("Remove from the library; a file SpecChat downloaded can be deleted too")
+        self.remove_button.clicked.connect(self.remove_selected)
+        buttons.addWidget(self.import_button)
+        buttons.addWidget(self.remove_button)
+        left.addLayout(buttons)
         right = QVBoxLayout()
         right.addWidget(QLabel("Drafts for this target (same tokenizer required):"))
         self.drafts = QListWidget()
@@ -297,13 +376,93 @@ class ModelsDialog(QDialog):
         except RegistryError as exc:  # one it must not touch (a newer SpecChat's): say so
             self.message.setText(str(exc))
             installed = []
-        for m in sorted(installed, key=lambda m: -m.size):
-            item = QListWidgetItem(f"{m.name}  ({human_bytes(m.size)})" + ("" if m.is_current() else "  — missing"))
+        for m in sorted(installed, key=lambda m: -m.bytes):
+            item = QListWidgetItem(library_text(m))
             item.setData(ROLE, m.path)
-            item.setToolTip(m.path)
+            item.setToolTip(f"{m.name} (the name in its header)\n{m.path}"
+                            + (f"\nfrom {m.source}" if m.source else "\nimported from disk"))
             self.installed.addItem(item)
         if self.installed.count():
             self.installed.setCurrentRow(0)
+        self.remove_button.setEnabled(self.installed.count() > 0)
+        self.refresh_catalog_installed()
+        if any(not m.details_known for m in installed) and not self._details_asked:
+            self._fill_details()
+
+    def _fill_details(self) -> None:
+        """Records written before the library kept quantisation and context: read their headers, as a task."""
+        self._details_asked = True
+        path = self.registry.path
+        self.details_read = self.tasks.run_task(lambda task: Registry(path).fill_details(), name="library-details")
+        self.details_read.returned.connect(self._details_filled)
+
+    def _details_filled(self, filled: object) -> None:
+        self.details_read = None
+        if filled:
+            self.refresh_installed()
+
+    def _current_model(self) -> InstalledModel | None:
+        item = self.installed.currentItem()
+        if item is None:
+            return None
+        return next((m for m in self._installed_models() if m.path == item.data(ROLE)), None)
+
+    def remove_selected(self) -> TaskHandle | None:
+        """Remove the chosen model from the library, after asking; delete its files too when SpecChat
+        downloaded them into the hub cache and the user says so.  A task (deleting GBs can take a while)."""
+        model = self._current_model()
+        if model is None:
+            return None
+        cache = Path(constants.HF_HUB_CACHE)
+        choice = self.confirm_removal(model, downloaded_files(model, cache))
+        if choice is None:
+            return None
+        registry_path, delete = self.registry.path, choice == "delete"
+
+        def remove(task: TaskContext) -> int:
+            registry = Registry(registry_path)  # its own object: nothing shared with this thread
+            if delete:
+                return registry.delete(model, cache)
+            registry.remove(model.path)
+            return 0
+
+        self._removing = (model, delete)
+        handle = self.tasks.run_task(remove, name="remove-model")
+        handle.returned.connect(self._removed)
+        handle.failed.connect(self._remove_failed)
+        return handle
+
+    def _removed(self, freed: object) -> None:
+        model, delete = self._removing
+        self.message.setText(f"Deleted {model.display_name}: {human_bytes(int(freed))} freed." if delete else  # type: ignore[call-overload]
+                             f"Removed {model.display_name} from the library; the file stays in {model.folder}.")
+        self.refresh_installed()
+
+    def _remove_failed(self, message: str, _cancelled: bool) -> None:
+        self.message.setText(message)
+        self.refresh_installed()
+
+    def confirm_removal(self, model: InstalledModel, files: list[Path]) -> str | None:
+        """Ask: "delete" (files and record), "remove" (the record only) or None (cancelled).  Only a
+        file SpecChat downloaded (``files`` not empty) can be deleted; a user's own file never is."""
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Question)
+        box.setWindowTitle("Remove model")
+        if files:
+            box.setText(f"Remove {model.display_name} from the library?")
+            box.setInformativeText(f"SpecChat downloaded it into its cache ({model.folder}). Deleting frees "
+                                   f"{human_bytes(model.bytes)}; a later download fetches it again.")
+            delete = box.addButton("Delete the file", QMessageBox.ButtonRole.DestructiveRole)
+        else:
+            box.setText(f"Remove {model.display_name} from the library?")
+            box.setInformativeText(f"The file stays in {model.folder}: it is yours, SpecChat never deletes it. "
+                                   "Import it again to list it again.")
+            delete = None
+        keep = box.addButton("Remove from the library only" if files else "Remove", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        return "delete" if delete is not None and clicked is delete else "remove" if clicked is keep else None
 
     def refresh_drafts(self) -> None:
         """List the drafts for the chosen target with their verdicts.  The verdicts read GGUF headers
@@ -335,9 +494,11 @@ class ModelsDialog(QDialog):
         none.setData(ROLE, None)
         self.drafts.addItem(none)
         for model, verdict in drafts if isinstance(drafts, list) else []:
-            entry = QListWidgetItem(f"✓ {model.name}" if verdict else f"✗ {model.name}: {verdict.reason}")
+            name = model.display_name  # the file's stem, as in the library
+            entry = QListWidgetItem(f"✓ {name}" if verdict else f"✗ {name}: {verdict.reason}")
             entry.setData(ROLE, model.path if verdict else None)
-            entry.setToolTip(verdict.reason)
+            entry.setToolTip(f"{model.name} (the name in its header)\n{model.path}"
+                             + (f"\n{verdict.reason}" if verdict.reason else ""))
             if not verdict:  # listed, with the reason, but cannot be picked
                 entry.setFlags(entry.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
             self.drafts.addItem(entry)
