@@ -263,18 +263,22 @@ class DraftController:
         """
         usable = tuple(d for d in MODE_DRAFTERS[mode] if has_model or not KINDS[d].needs_model)
         if blocked and mode is not Mode.BASELINE:
-            return AnswerPlan((), (Fallback(f"speculation off: {blocked}", permanent=True),))
+            return AnswerPlan((), (Fallback(f"speculation off: {blocked}", permanent=True,
+                                            brief=f"speculation off: {blocked}"),))
         if mode is Mode.DRAFT and not has_model:
-            return AnswerPlan(usable, (Fallback("no draft model loaded: plain decoding", permanent=True),))
+            return AnswerPlan(usable, (Fallback("no draft model loaded: plain decoding", permanent=True,
+                                                brief="no draft model loaded"),))
         if mode is Mode.AUTO and Drafter.MODEL in usable and not self.viable(Drafter.MODEL):
             k = self.settings.k_max + 1
+            best = self.best_case_multiplier(Drafter.MODEL)
             return AnswerPlan(tuple(d for d in usable if d is not Drafter.MODEL), (Fallback(
                 "auto: the draft model cannot pay on this machine (best case "
-                f"{self.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
+                f"{best:.2f}x plain even if every token were accepted: "
                 f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
                 f"verifying {k} tokens {self.costs.verify(k) * 1e3:.0f} ms "
                 f"vs {self.costs.verify(1) * 1e3:.1f} ms for one)",
                 permanent=True,
+                brief=f"the draft model cannot pay here, best case {best:.2f}x",
             ),))
         return AnswerPlan(usable)
 
