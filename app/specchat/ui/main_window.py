@@ -67,6 +67,7 @@ class WindowSession(Protocol):
     def set_config(self, config: AppConfig) -> ConfigChange: ...
 
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
+TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text is tinted
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
 
@@ -98,7 +99,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
-        self.actions_by_slot = build_menus(self, {"telemetry": toggle}, {"set_theme": str(self.config["theme"])})
+        tint = self._saved_tint()
+        self.actions_by_slot = build_menus(self, {"telemetry": toggle},
+                                           {"set_theme": str(self.config["theme"]), "set_tint": tint})
+        self.pane.conversation.set_tint(tint)
+        # a message's footer switch ticks the View menu's entry, which calls set_tint
+        self.pane.conversation.tintRequested.connect(self.actions_by_slot["set_tint"].setChecked)
         self.answers.queueChanged.connect(self._update_chat_actions)
 
         self.chats.chatSelected.connect(self.open_chat)
@@ -279,7 +285,15 @@ class MainWindow(QMainWindow):
         TaskTableDialog(self.store, self).exec()
 
     def set_tint(self, on: bool) -> None:
+        """View → Colour accepted draft tokens (or a message's footer switch); remembered."""
         self.pane.conversation.set_tint(on)
+        if self._window_state is not None:
+            self._window_state.setValue(TINT_KEY, on)
+
+    def _saved_tint(self) -> bool:
+        if self._window_state is None:
+            return False
+        return bool(self._window_state.value(TINT_KEY, False, type=bool))
 
     def set_theme(self, setting: str) -> None:
         """View → Theme: "system", "light" or "dark", saved in the app settings."""
