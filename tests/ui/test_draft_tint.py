@@ -97,3 +97,16 @@ def test_the_footer_switch_tints_every_answer_and_is_remembered(qtbot, fake_app,
     assert CSS in shown.body.text()
     shown._on_link("tint")
     assert not s.window.actions_by_slot["set_tint"].isChecked() and shown.body is shown.markdown_view
+
+
+def test_a_tinted_code_block_is_as_tall_as_the_plain_one(qtbot) -> None:
+    runs = [("```python\nx = 1\n", False), ("y = 2\n", True), ("```\n", True)]  # the draft ends the block
+    text = "".join(t for t, _ in runs)
+    plain, tinted = MessageWidget("assistant", text), MessageWidget("assistant", text)
+    for w in (plain, tinted):
+        qtbot.addWidget(w)
+        w.resize(600, 400)
+    tinted.segments, tinted.tint = runs, True
+    tinted.refresh()
+    assert CSS in tinted.body.text()
+    assert tinted.body.labels()[0].sizeHint().height() == plain.body.labels()[0].sizeHint().height()

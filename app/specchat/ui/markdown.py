@@ -287,10 +287,11 @@ def tint_html(block_html: str, source: str, marked: Sequence[bool], mark_css: st
         for c in text:
             if c.isspace():
                 if j < n and source[j].isspace():
-                    flags.append(tinted(j))
+                    # a line break is never wrapped: one at the end of a <pre> in a span is laid out as a line more
+                    flags.append(tinted(j) and c not in "\r\n")
                     j += 1
                 else:
-                    flags.append(tinted(j - 1) and tinted(j))
+                    flags.append(tinted(j - 1) and tinted(j) and c not in "\r\n")
                 continue
             at = source.find(c, j, j + ALIGN_WINDOW)
             if at >= 0:
