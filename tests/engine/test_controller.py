@@ -256,3 +256,40 @@ def test_a_drafter_that_drafts_many_rounds_in_a_row_shares_the_change_of_size_am
         c.observe(Mode.LOOKUP, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
     # the same acceptance as above, but the change is paid once for a dozen rounds: worth it
     assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=1, change_s=0.0037).drafter == "lookup"
+
+
+# the load-time calibration was taken on a busy machine: every call 3x its steady cost, overhead 5 ms
+BUSY = {1: 0.030, 2: 0.033, 3: 0.036, 5: 0.042, 9: 0.054}
+
+
+def refused_on_busy_calibration() -> DraftController:
+    c = controller(BUSY, 0.027)
+    c.costs.overhead_s = 0.005
+    plan = c.answer_plan(Mode.AUTO, has_model=True)
+    assert plan.drafters == ("lookup",) and plan.notes[0].brief.startswith("the draft model cannot pay here")
+    return c
+
+
+def plain_rounds(c: DraftController, verify: float, n: int = 16) -> list:
+    events = []
+    for _ in range(n):
+        plan = c.plan(Mode.AUTO, {})
+        events += c.observe(Mode.AUTO, plan, RoundStats(0, "none", 0, 0, 0, 1, 0.0, verify, 0.005))
+    return events
+
+
+def test_auto_rechecks_a_refused_draft_model_when_round_costs_drift_from_the_calibration():
+    c = refused_on_busy_calibration()
+    events = plain_rounds(c, 0.010)  # the other program is gone: a third of the calibrated cost
+    assert len(events) == 1 and "re-checked" in events[0].reason and "0.33x the load-time calibration" in events[0].reason
+    assert "can pay now" in events[0].reason and events[0].brief.startswith("re-checked at 0.33x")
+    assert c.answer_plan(Mode.AUTO, has_model=True).drafters == ("model", "lookup")  # from the next answer
+
+
+def test_a_small_drift_changes_nothing_and_a_verdict_is_said_once():
+    c = refused_on_busy_calibration()
+    assert plain_rounds(c, 0.033) == []  # 1.1x: within 25%
+    assert c.answer_plan(Mode.AUTO, has_model=True).drafters == ("lookup",)
+    events = plain_rounds(c, 0.090, 40)  # busier still: 3x
+    assert len(events) == 1 and "still cannot pay" in events[0].reason
+    assert c.answer_plan(Mode.AUTO, has_model=True).drafters == ("lookup",)

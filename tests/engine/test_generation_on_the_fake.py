@@ -104,3 +104,24 @@ def test_a_poor_draft_makes_the_guard_rails_fall_back_and_say_so():
     _, rounds, notes, done = run(pair, Mode.DRAFT)
     assert any("acceptance" in n.reason for n in notes)
     assert any(r.fallback for r in rounds) and done.stats.fallback_rounds > 0
+
+
+def test_the_answer_says_which_drafter_ran_and_how_much_of_its_draft_was_accepted():
+    pair = make(FakeSpec(answer_tokens=200))
+    _, rounds, _, done = run(pair, Mode.DRAFT)
+    drafted = sum(r.drafted for r in rounds)
+    accepted = sum(r.accepted for r in rounds)
+    assert drafted > 0 and done.stats.drafters == (("model", drafted, accepted),)
+    assert done.stats.notes == ()
+
+
+def test_auto_that_refuses_the_draft_model_says_why_in_a_few_words_for_the_stats_line():
+    # a draft decode costs what a verify does: the draft model cannot pay even if always right
+    pair = make(FakeSpec(answer_tokens=120, costs={n: 0.002 for n in (1, 2, 3, 5, 9)}, draft_cost_s=0.002))
+    _, rounds, notes, done = run(pair, Mode.AUTO)
+    assert notes and notes[0].permanent
+    assert done.stats.notes[0].startswith("the draft model cannot pay here, best case ")
+    assert done.stats.notes[0].endswith("x") and "model" not in {name for name, _, _ in done.stats.drafters}
+    # the fake's rounds cost far less than its calibration says: auto re-checks, and says so too
+    assert all(n.startswith("re-checked at ") for n in done.stats.notes[1:])
+    assert all(r.drafter != "model" for r in rounds)

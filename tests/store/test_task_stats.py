@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from specchat.metrics import Counts
-from specchat.store import ChatSettings, MessageStats, open_store, reset_task_stats, task_table
+from specchat.store import (
+    ChatSettings,
+    MessageStats,
+    open_store,
+    plain_reference,
+    reset_task_stats,
+    task_table,
+)
+from specchat.store.task_stats import PLAIN_RUNS
 
 
 def answer(store, chat, state="done", *, tokens, decode_s, mode, **counts):
@@ -140,3 +148,49 @@ def test_reasoning_and_answer_phases_are_pooled_apart_for_speculative_answers(st
     assert stored.stats is not None and stored.stats.phases == split  # kept with the message too
     assert reset_task_stats(store, "chat") == 3
     assert store.connection.execute("SELECT count(*) FROM task_phase_runs").fetchone()[0] == 0
+
+
+def test_an_answer_compares_with_the_plain_runs_of_its_own_pair_nearest_in_time(tmp_path):
+    t = [1000.0]
+    with open_store(tmp_path / "db.sqlite3", now=lambda: t[0]) as store:
+        pair = dict(target="/m/t.gguf", draft="/m/d.gguf")
+        plain = store.create_chat("plain", ChatSettings(speculation="baseline", **pair))
+        spec = store.create_chat("spec", ChatSettings(speculation="draft", **pair))
+        other = store.create_chat("other pair", ChatSettings(speculation="baseline", target="/m/big.gguf",
+                                                             draft="/m/d.gguf"))
+        for _ in range(5):  # another target's plain runs never count
+            answer(store, other, tokens=11, decode_s=0.1, mode="baseline")
+        answer(store, plain, tokens=11, decode_s=1.0, mode="baseline")  # 10 tok/s
+        first = answer(store, spec, tokens=31, decode_s=1.0, mode="draft")  # 30 tok/s
+        ref = plain_reference(store, first.id)
+        assert ref is not None and ref.runs == 1 and not ref.enough
+        assert ref.multiplier(30.0) is None and ref.spread(30.0) is None  # one plain run is no reference
+        t[0] += 10
+        answer(store, plain, tokens=11, decode_s=2.0, mode="baseline")  # 5 tok/s
+        answer(store, plain, tokens=21, decode_s=2.0, mode="baseline")  # 10 tok/s
+        ref = plain_reference(store, first.id)
+        assert ref.runs == 3 and ref.enough
+        assert ref.multiplier(30.0) == pytest.approx(30.0 / (40 / 5.0))  # pooled: 40 tokens in 5 s
+        assert ref.spread(30.0) == pytest.approx((3.0, 6.0))
+        t[0] += 100_000
+        for _ in range(PLAIN_RUNS):  # a day later the machine is slower: 2 tok/s
+            answer(store, plain, tokens=3, decode_s=1.0, mode="baseline")
+        late = answer(store, spec, tokens=31, decode_s=5.0, mode="draft")  # 6 tok/s
+        assert plain_reference(store, late.id).rates == (2.0,) * PLAIN_RUNS  # the nearest in time
+        assert sorted(plain_reference(store, first.id).rates[:3]) == [5.0, 10.0, 10.0]
+        assert plain_reference(store, answer(store, plain, tokens=11, decode_s=1.0, mode="baseline").id) is None
+
+
+def test_the_drafters_and_notes_of_an_answer_are_stored_with_it(store):
+    chat = store.create_chat("c", ChatSettings(speculation="auto", target="/m/t.gguf"))
+    stats = MessageStats(Counts.of_answer(11, 1.0) + Counts(drafted=8, accepted=6), mode="auto",
+                         drafters=(("lookup", 8, 6),), notes=("the draft model cannot pay here, best case 0.80x",))
+    stored = answer_with(store, chat, stats)
+    assert stored.stats == stats
+    assert MessageStats.from_json(stats.to_json()) == stats
+
+
+def answer_with(store, chat, stats):
+    writer = store.answer_writer(store.start_answer(chat.id))
+    writer.append("some text")
+    return writer.finish("done", stats)

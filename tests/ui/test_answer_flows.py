@@ -45,7 +45,7 @@ def test_send_streams_an_answer_stores_it_done_with_a_footer(qtbot, fake_app):
     assert answer.state == "done" and len(answer.content) == 60 and answer.stats.tokens == 60
     shown = pane.conversation.messages[-1]
     assert shown.content == answer.content
-    assert "tok/s" in shown.footer and "draft accepted" in shown.footer and "stop: eog" in shown.footer
+    assert "tok/s" in shown.footer and "draft accepted" in shown.footer and "stop: the model finished" in shown.footer  # the stop reason in words
     assert pane.send_button.text() == "Send"
     assert s.window.chats.items()[0][1] == "Explain speculative decoding."  # titled, no badge any more
 

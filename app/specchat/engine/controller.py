@@ -38,6 +38,9 @@ def match_class(match: int) -> int:
     return max((c for c in MATCH_CLASSES if c <= match), default=0)
 
 
+# auto's refusal of the draft model rests on the load-time calibration; when the target's measured
+# round costs move this far from it (another program loading the machine, or leaving it), auto re-plans
+RECHECK_DRIFT = 0.25
 STAY_PRIOR = 8.0  # rounds a drafter is assumed to draft in a row before it has run (see DraftController._stay)
 P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
 
@@ -230,6 +233,12 @@ class DraftController:
         self._run: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
+        # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
+        self.calibration = CostModel(costs.verify_s, costs.draft_s)
+        self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
+        self._measured: set[int] = set()  # verify sizes measured since the load
+        self._refused = False  # auto refused the draft model (answer_plan) and has not re-planned it in
+        self._checked_drift = 1.0  # the drift the last plan rests on
 
     # -- planning ---------------------------------------------------------------
 
@@ -263,18 +272,26 @@ class DraftController:
         """
         usable = tuple(d for d in MODE_DRAFTERS[mode] if has_model or not KINDS[d].needs_model)
         if blocked and mode is not Mode.BASELINE:
-            return AnswerPlan((), (Fallback(f"speculation off: {blocked}", permanent=True),))
+            return AnswerPlan((), (Fallback(f"speculation off: {blocked}", permanent=True,
+                                            brief=f"speculation off: {blocked}"),))
         if mode is Mode.DRAFT and not has_model:
-            return AnswerPlan(usable, (Fallback("no draft model loaded: plain decoding", permanent=True),))
-        if mode is Mode.AUTO and Drafter.MODEL in usable and not self.viable(Drafter.MODEL):
+            return AnswerPlan(usable, (Fallback("no draft model loaded: plain decoding", permanent=True,
+                                                brief="no draft model loaded"),))
+        if mode is Mode.AUTO and Drafter.MODEL in usable and not self._refused:
+            # a refusal stands until a re-check (_recheck) lifts it: costs measured at a few sizes against
+            # calibrated ones at the others would let noise flip it answer by answer
+            self._refused = not self.viable(Drafter.MODEL)
+        if mode is Mode.AUTO and Drafter.MODEL in usable and self._refused:
             k = self.settings.k_max + 1
+            best = self.best_case_multiplier(Drafter.MODEL)
             return AnswerPlan(tuple(d for d in usable if d is not Drafter.MODEL), (Fallback(
                 "auto: the draft model cannot pay on this machine (best case "
-                f"{self.best_case_multiplier(Drafter.MODEL):.2f}x plain even if every token were accepted: "
+                f"{best:.2f}x plain even if every token were accepted: "
                 f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
                 f"verifying {k} tokens {self.costs.verify(k) * 1e3:.0f} ms "
                 f"vs {self.costs.verify(1) * 1e3:.1f} ms for one)",
                 permanent=True,
+                brief=f"the draft model cannot pay here, best case {best:.2f}x",
             ),))
         return AnswerPlan(usable)
 
@@ -408,6 +425,11 @@ class DraftController:
         self.costs.observe_verify(r.verify_rows, r.verify_s, fresh=r.verify_fresh)  # the padded size
         self.costs.observe_overhead(r.overhead_s)
         events: list[Fallback] = []
+        if not r.verify_fresh and self.calibration.verify_s and r.verify_s > 0:
+            self._measured.add(r.verify_rows)
+            self._drift.append(r.verify_s / self.calibration.verify(r.verify_rows))
+            if mode is Mode.AUTO and self._refused:
+                events += self._recheck()
         for name in self._since_probe:
             if name == plan.drafter:
                 self._since_probe[name] = 0
@@ -480,6 +502,37 @@ class DraftController:
                 )
             )
         return events
+
+    def _recheck(self) -> list[Fallback]:
+        """``auto`` refused the draft model from costs that no longer hold: re-plan with the measured ones.
+
+        The drift is the median, over a window of steady rounds, of each round's verify cost over
+        the calibration's for its size.  Past :data:`RECHECK_DRIFT` from the one the plan rests
+        on, the sizes not measured since the load and the draft model's cost per token (it has
+        not run) are taken as the calibration's times the drift; the sizes measured keep their
+        measured costs, the overhead its measured value.  Whatever the verdict, it says so; a
+        draft model that can pay now runs from the next answer (``answer_plan``)."""
+        if len(self._drift) < (self._drift.maxlen or 1):
+            return []
+        drift = sorted(self._drift)[len(self._drift) // 2]
+        if abs(drift / self._checked_drift - 1.0) <= RECHECK_DRIFT:
+            return []
+        self._checked_drift = drift
+        c, cal = self.costs, self.calibration
+        for n, seconds in cal.verify_s.items():
+            if n not in self._measured:
+                c.verify_s[n] = seconds * drift
+        if Drafter.MODEL in cal.draft_s:
+            c.draft_s[Drafter.MODEL] = cal.draft_s[Drafter.MODEL] * drift
+        best = self.best_case_multiplier(Drafter.MODEL)
+        self._refused = not self.viable(Drafter.MODEL)
+        verdict = "still cannot pay" if self._refused else "can pay now: auto may use it from the next answer"
+        return [Fallback(
+            f"auto re-checked the draft model: the target's rounds cost {drift:.2f}x the load-time calibration "
+            f"(median of the last {len(self._drift)} rounds); with the measured costs (the draft's taken to "
+            f"drift alike) its best case is {best:.2f}x plain: it {verdict}",
+            brief=f"re-checked at {drift:.2f}x the calibrated costs, draft model best case {best:.2f}x",
+        )]
 
     def start_answer(self) -> None:
         """Counters for the fallback-share warning are per answer."""

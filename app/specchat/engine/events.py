@@ -104,6 +104,9 @@ class Fallback:
     reason: str
     permanent: bool = False
     warning: bool = False  # True when this is the "fallback too often" warning
+    # a few words for the answer's stats line ("the draft model cannot pay here, best case 0.80x");
+    # "" when the note is not about which drafter ran
+    brief: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,9 @@ class GenerationStats(CountsView):
     fallbacks: tuple[str, ...] = ()
     phases: PhaseSplit = PhaseSplit()  # the rounds inside the reasoning block and after it (engine.phases)
     structured: str = ""  # "json_schema" or "grammar": the answer was held to one (its acceptance is under it)
+    # the drafters that drafted, as (name, drafted, accepted), most drafted first (Drafter values)
+    drafters: tuple[tuple[str, int, int], ...] = ()
+    notes: tuple[str, ...] = ()  # the briefs of its Fallbacks that say why a drafter did not run
 
     @classmethod
     def empty(cls, mode: str = "") -> GenerationStats:

@@ -101,13 +101,17 @@ def generate(
     mode = Mode(mode)
     rounds = Counts()  # the rounds' counts, added up as they finish
     fallbacks: list[str] = []
+    notes: list[str] = []  # the fallbacks' briefs: why a drafter did not run (the stats line says so)
+    by_drafter: dict[str, tuple[int, int]] = {}  # drafter -> (drafted, accepted) over the answer
     stream = TextStream(stop)
     n_generated = 0
 
     def stats(decode_s: float) -> GenerationStats:
         answer = Counts.of_answer(n_generated, decode_s, prompt_tokens=len(prompt), reused_tokens=reused,
                                   prefill_s=prefill_s)
-        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks), structured=sampling.structured.kind)
+        used = tuple((name, d, a) for name, (d, a) in sorted(by_drafter.items(), key=lambda kv: -kv[1][0]))
+        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks), structured=sampling.structured.kind,
+                               drafters=used, notes=tuple(notes))
 
     prefill_s = 0.0
     reused = 0
@@ -131,6 +135,7 @@ def generate(
     by_name = {d.name: d for d in active}
     yield from answer.notes
     fallbacks.extend(n.reason for n in answer.notes)
+    notes.extend(n.brief for n in answer.notes if n.brief)
 
     sampler: TargetSampler | None = None
     # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
@@ -245,8 +250,13 @@ def generate(
             yield from chunks
             yield round_stats
             rounds += round_stats.counts
+            if drafted:
+                d0, a0 = by_drafter.get(round_stats.drafter.value, (0, 0))
+                by_drafter[round_stats.drafter.value] = (d0 + len(drafted), a0 + m)
             for fb in controller.observe(mode, plan, round_stats):
                 fallbacks.append(fb.reason)
+                if fb.brief:
+                    notes.append(fb.brief)
                 yield fb
             if ended:
                 stop_reason = StopReason.EOG

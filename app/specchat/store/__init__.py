@@ -23,10 +23,11 @@ from .records import (
     normalize_task_tag,
     origin_chars,
 )
-from .task_stats import TaskRow, reset_task_stats, task_table
+from .task_stats import MIN_PLAIN_RUNS, PlainReference, TaskRow, plain_reference, reset_task_stats, task_table
 
 __all__ = [
     "ANSWER_STATES",
+    "MIN_PLAIN_RUNS",
     "PLAIN_MODE",
     "SCHEMA_VERSION",
     "SPECULATION_MODES",
@@ -36,6 +37,7 @@ __all__ = [
     "ChatSettings",
     "Message",
     "MessageStats",
+    "PlainReference",
     "Store",
     "StoreError",
     "StoreWriteError",
@@ -46,6 +48,7 @@ __all__ = [
     "normalize_task_tag",
     "open_store",
     "origin_chars",
+    "plain_reference",
     "reset_task_stats",
     "task_table",
 ]

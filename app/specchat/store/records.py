@@ -141,18 +141,27 @@ class MessageStats(CountsView):
     error: str = ""  # the message shown to the user when the answer ended in an error
     phases: PhaseSplit = PhaseSplit()  # its rounds inside the reasoning block and after it
     structured: str = ""  # "json_schema" or "grammar" when the answer was held to one (its acceptance is under it)
+    # the drafters that drafted, as (name, drafted, accepted), most drafted first ("model", "lookup")
+    drafters: tuple[tuple[str, int, int], ...] = ()
+    notes: tuple[str, ...] = ()  # why a drafter did not run, in a few words each (the stats line)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
         object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
+        object.__setattr__(self, "drafters", tuple((str(n), int(d), int(a)) for n, d, a in self.drafters))
+        object.__setattr__(self, "notes", tuple(self.notes))
 
     def to_json(self) -> str:
-        doc = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
+        doc: dict[str, Any] = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
                "fallbacks": list(self.fallbacks), "error": self.error}
         if self.structured:
             doc["structured"] = self.structured
         if self.phases.has_reasoning:
             doc["phases"] = self.phases.to_dict()
+        if self.drafters:
+            doc["drafters"] = [list(d) for d in self.drafters]
+        if self.notes:
+            doc["notes"] = list(self.notes)
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -170,6 +179,8 @@ class MessageStats(CountsView):
                 error=str(doc.get("error") or ""),
                 phases=PhaseSplit.from_dict(doc.get("phases")),
                 structured=str(doc.get("structured") or ""),
+                drafters=tuple((str(n), int(d), int(a)) for n, d, a in doc.get("drafters") or ()),
+                notes=tuple(str(n) for n in doc.get("notes") or ()),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("message stats unreadable (%s)", exc)
@@ -185,7 +196,8 @@ class MessageStats(CountsView):
                    stop_reason=str(getattr(stop_reason, "value", stop_reason)),
                    fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error,
                    phases=getattr(stats, "phases", PhaseSplit()),
-                   structured=str(getattr(stats, "structured", "") or ""))
+                   structured=str(getattr(stats, "structured", "") or ""),
+                   drafters=tuple(getattr(stats, "drafters", ())), notes=tuple(getattr(stats, "notes", ())))
 
 
 @dataclass(frozen=True, slots=True)

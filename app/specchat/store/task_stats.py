@@ -35,7 +35,13 @@ class _Database(Protocol):
     @property
     def connection(self) -> sqlite3.Connection: ...
 
-__all__ = ["PLAIN_MODE", "TASK_TAGS", "TaskRow", "record_run", "reset_task_stats", "task_table"]
+__all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "plain_reference",
+           "record_run", "reset_task_stats", "task_table"]
+
+# A multiplier over plain decoding rests on at least this many plain runs: one run is noise (a
+# walk-through saw 1.97x from one, and a per-task 2.09x that was 0.99x fifteen minutes later).
+MIN_PLAIN_RUNS = 3
+PLAIN_RUNS = 10  # the plain runs nearest in time that a reference pools (machine load drifts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,52 @@ class TaskRow:
     @property
     def multiplier(self) -> float | None:  # None if either speed is missing
         return metrics.multiplier(self.speculative_tok_s, self.plain_tok_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PlainReference:
+    """The plain runs an answer's "x vs plain" rests on: of the same pair (target and draft files),
+    the :data:`PLAIN_RUNS` nearest to it in time (what else loaded the machine changes with time)."""
+
+    rates: tuple[float, ...] = ()  # each plain run's decode tok/s
+    counts: Counts = Counts()  # their counts, pooled
+
+    @property
+    def runs(self) -> int:
+        return len(self.rates)
+
+    @property
+    def enough(self) -> bool:
+        return self.runs >= MIN_PLAIN_RUNS
+
+    def multiplier(self, tok_s: float | None) -> float | None:
+        """``tok_s`` over the pooled plain rate; None under :data:`MIN_PLAIN_RUNS` runs."""
+        return metrics.multiplier(tok_s, self.counts.decode_tok_s) if self.enough else None
+
+    def spread(self, tok_s: float | None) -> tuple[float, float] | None:
+        """The multiplier against the fastest and the slowest plain run (how noisy the reference is)."""
+        if not self.enough or not tok_s:
+            return None
+        return tok_s / max(self.rates), tok_s / min(self.rates)
+
+
+def plain_reference(store: _Database, message_id: int) -> PlainReference | None:
+    """What the answer ``message_id`` compares with: None for an answer that is not a measured
+    speculative run of a local pair (plain, a server's, unmeasured), else the plain runs of its
+    pair nearest to it in time (maybe fewer than :data:`MIN_PLAIN_RUNS`, maybe none)."""
+    conn = store.connection
+    row = conn.execute("SELECT mode, target, draft, created_at FROM task_runs WHERE message_id = ?"
+                       " ORDER BY id DESC LIMIT 1", (message_id,)).fetchone()
+    if row is None or row["mode"] == PLAIN_MODE or not row["target"]:
+        return None
+    columns = ", ".join(COUNT_FIELDS)
+    runs = conn.execute(
+        f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ?"
+        " ORDER BY abs(created_at - ?), id DESC LIMIT ?",
+        (PLAIN_MODE, row["target"], row["draft"], row["created_at"], PLAIN_RUNS)).fetchall()
+    counts = [Counts.from_dict({f: r[f] for f in COUNT_FIELDS}) for r in runs]
+    rates = tuple(r for r in (c.decode_tok_s for c in counts) if r)
+    return PlainReference(rates, Counts.total(counts))
 
 
 def record_run(

@@ -21,13 +21,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specchat.engine.settings import StructuredOutput
 from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
-from specchat.store import ChatSettings, Message, MessageStats, Store
+from specchat.store import ChatSettings, Message, MessageStats, PlainReference, Store, plain_reference
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .message_widget import MessageWidget
+from .stats_line import stats_line
 from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
@@ -51,20 +51,9 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
-def footer_text(stats: MessageStats | None, state: str | None) -> str:
-    if stats is None:
-        return {"streaming": "generating…", "stopped": "stopped", "error": "error"}.get(state or "", "")
-    if stats.error:
-        return f"error: {stats.error}"
-    parts = [f"{stats.decode_tok_s:.1f} tok/s", f"{stats.tokens} tokens"]
-    if stats.token_acceptance is not None:
-        parts.append(f"{stats.token_acceptance:.0%} draft accepted")
-        parts.append(f"mean K {stats.mean_k:.1f}")
-    parts.append(stats.phases.summary())  # reasoning and answer apart, when the answer reasoned
-    parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
-    parts.append(stats.mode or "")
-    parts.append(f"stop: {stats.stop_reason}")
-    return " · ".join(p for p in parts if p)
+def footer_text(stats: MessageStats | None, state: str | None, reference: PlainReference | None = None) -> str:
+    """The stats line under a stored answer (see :mod:`.stats_line`)."""
+    return stats_line(stats, state, reference)
 
 
 def _segments(m: Message) -> list[tuple[str, bool]]:
@@ -132,7 +121,7 @@ class ChatPane(QWidget):
             if live is not None and m.id == live.message_id:
                 continue  # the live answer is painted from memory: the store lags by up to half a second
             w = self.conversation.add(m.role, m.content, m.reasoning,
-                                      footer_text(m.stats, m.state) if m.role == "assistant" else "")
+                                      self._footer(m) if m.role == "assistant" else "")
             if m.role == "assistant":
                 w.segments = _segments(m)
                 if w.segments:
@@ -267,9 +256,13 @@ class ChatPane(QWidget):
                 self.conversation.remove(w)
             else:
                 w.segments = _segments(stored) or w.segments
-                w.set_content(stored.content, stored.reasoning, footer_text(stored.stats, stored.state))
+                w.set_content(stored.content, stored.reasoning, self._footer(stored))
                 self.conversation.flush()
         self.update_buttons()
+
+    def _footer(self, m: Message) -> str:
+        """A stored answer's stats line, its "x vs plain" against the plain runs of its pair."""
+        return footer_text(m.stats, m.state, plain_reference(self.store, m.id) if m.stats else None)
 
     def _on_notice(self, notice: AnswerNotice) -> None:
         if notice.chat_id == self.chat_id and (notice.error or notice.warning or notice.permanent):

@@ -8,7 +8,7 @@ restyles every message.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from .message_widget import MessageWidget
@@ -18,6 +18,8 @@ REPAINT_MS = 66
 
 
 class ConversationView(QScrollArea):
+    tintRequested = Signal(bool)  # a message's footer switch: turn the draft tint on or off everywhere
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setWidgetResizable(True)
@@ -53,6 +55,7 @@ class ConversationView(QScrollArea):
     def add(self, role: str, content: str = "", reasoning: str = "", footer: str = "") -> MessageWidget:
         w = MessageWidget(role, content, reasoning, footer)
         w.tint = self.tint
+        w.tintToggled.connect(self.tintRequested)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self.messages.append(w)
         self._stick = True

@@ -68,6 +68,7 @@ class WindowSession(Protocol):
 
 TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the window state
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
+TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text is tinted
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
 
@@ -100,8 +101,13 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
+        tint = self._saved_tint()
         self.actions_by_slot = build_menus(self, {"telemetry": toggle},
-                                           {"set_theme": str(self.config["theme"]), "set_chat_list": True})
+                                           {"set_theme": str(self.config["theme"]), "set_chat_list": True,
+                                            "set_tint": tint})
+        self.pane.conversation.set_tint(tint)
+        # a message's footer switch ticks the View menu's entry, which calls set_tint
+        self.pane.conversation.tintRequested.connect(self.actions_by_slot["set_tint"].setChecked)
         self.answers.queueChanged.connect(self._update_chat_actions)
 
         self.chats.chatSelected.connect(self.open_chat)
@@ -298,7 +304,15 @@ class MainWindow(QMainWindow):
             action.setChecked(shown)
 
     def set_tint(self, on: bool) -> None:
+        """View → Colour accepted draft tokens (or a message's footer switch); remembered."""
         self.pane.conversation.set_tint(on)
+        if self._window_state is not None:
+            self._window_state.setValue(TINT_KEY, on)
+
+    def _saved_tint(self) -> bool:
+        if self._window_state is None:
+            return False
+        return bool(self._window_state.value(TINT_KEY, False, type=bool))
 
     def set_theme(self, setting: str) -> None:
         """View → Theme: "system", "light" or "dark", saved in the app settings."""

@@ -20,8 +20,10 @@ reach a later one, and streamed text must render as the same text rendered at on
 
 Code blocks are highlighted with Pygments (inline styles, colours from the theme, made
 readable on the code background); the tail's code only while it is short enough to lex
-within a frame.  :class:`RunStream` does the same for plain text in tinted runs (the
-draft-tint view, the reasoning), split at blank lines.
+within a frame.  :class:`TintStream` is the same stream with the text that came from
+accepted draft tokens tinted on top: each block's HTML is the plain view's, and the tint
+wraps its text runs (never its tags) by aligning the visible characters with the source's.
+:class:`RunStream` does the same for plain text in runs (the reasoning), split at blank lines.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ MAX_HIGHLIGHT_CHARS = 100_000
 PLAIN_TAIL_CHARS = 2000
 MONO = "'DejaVu Sans Mono','Menlo','Consolas',monospace"
 _NEWLINE = re.compile(r"\r\n?|\n")
+EXTRA = "sc-extra"  # the class of a div whose text is not from the markdown source (a code block's Copy line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class Block:
 
     html: str
     codes: tuple[str, ...] = ()
+    start: int = 0  # where its markdown source begins in the text (MarkdownStream's blocks)
+    end: int = 0  # ... and ends
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +130,7 @@ def _fence(_renderer, tokens: list[Token], idx: int, _options, env: dict) -> str
     return (f"<table width='100%' cellspacing=0 cellpadding=0><tr><td style=\"background:{theme.code_bg}; "
             f"color:{theme.code_text}; padding:6px; border:1px solid {theme.code_border};\">"
             f"<pre style=\"margin:0; font-family:{MONO}\">{body}</pre></td></tr></table>"
-            f"<div align='right'>{head}<a href='copy:{len(env['codes']) - 1}' style='color:{theme.link}'>Copy</a>"
+            f"<div align='right' class='{EXTRA}'>{head}<a href='copy:{len(env['codes']) - 1}' style='color:{theme.link}'>Copy</a>"
             "</div>")
 
 
@@ -153,9 +158,9 @@ def _make_markdown() -> MarkdownIt:
 _md = _make_markdown()
 
 
-def _render(tokens: list[Token], theme: Theme, limit: int) -> Block:
+def _render(tokens: list[Token], theme: Theme, limit: int, start: int = 0, end: int = 0) -> Block:
     env: dict = {"codes": [], "theme": theme, "limit": limit}
-    return Block(_md.renderer.render(tokens, _md.options, env), tuple(env["codes"]))
+    return Block(_md.renderer.render(tokens, _md.options, env), tuple(env["codes"]), start, end)
 
 
 def _line_offset(text: str, line: int) -> int:
@@ -188,7 +193,8 @@ class MarkdownStream:
         rest = text[self._start:]
         tail = None
         if rest.strip():
-            tail = _render(_md.parse(rest), self.theme, MAX_HIGHLIGHT_CHARS if final else TAIL_HIGHLIGHT_CHARS)
+            tail = _render(_md.parse(rest), self.theme, MAX_HIGHLIGHT_CHARS if final else TAIL_HIGHLIGHT_CHARS,
+                           self._start, len(text))
             self.renders += 1
         return Update(reset, finished, tail)
 
@@ -203,11 +209,11 @@ class MarkdownStream:
         starts = [i for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0]
         if len(starts) < 2:
             return ()
-        blocks = tuple(_render(tokens[a:b], self.theme, MAX_HIGHLIGHT_CHARS)
-                       for a, b in itertools.pairwise(starts))
+        at = [self._start + _line_offset(rest, m[0] if (m := tokens[i].map) else 0) for i in starts]
+        blocks = tuple(_render(tokens[a:b], self.theme, MAX_HIGHLIGHT_CHARS, at[n], at[n + 1])
+                       for n, (a, b) in enumerate(itertools.pairwise(starts)))
         self.renders += len(blocks)
-        last = tokens[starts[-1]].map
-        self._start += _line_offset(rest, last[0] if last else 0)
+        self._start = at[-1]
         self._done = text[:self._start]
         return blocks
 
@@ -222,6 +228,111 @@ def render(text: str, theme: Theme | None = None) -> tuple[str, list[str]]:
     """HTML for ``text`` and the code blocks in it (in order), for the copy links."""
     blocks = render_blocks(text, theme)
     return "".join(b.html for b in blocks), [c for b in blocks for c in b.codes]
+
+
+# -- the draft tint on top of the markdown ----------------------------------------------------------
+
+_TAG = re.compile(r"(<[^>]*>)")
+ALIGN_WINDOW = 256  # source characters searched for a visible one (markdown syntax between two is short)
+
+
+def marked_spans(runs: Sequence[tuple[str, bool]]) -> list[tuple[int, int]]:
+    """The (start, end) character ranges of the marked runs in their joined text, adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    at = 0
+    for text, marked in runs:
+        if marked and text:
+            if out and out[-1][1] == at:
+                out[-1] = (out[-1][0], at + len(text))
+            else:
+                out.append((at, at + len(text)))
+        at += len(text)
+    return out
+
+
+def tint_html(block_html: str, source: str, marked: Sequence[bool], mark_css: str) -> str:
+    """``block_html`` (rendered from ``source``) with the text of its marked source characters in
+    spans styled ``mark_css``.
+
+    Only text between tags is wrapped, so every tag, code block, highlight and link stays as it
+    is.  Each visible character is matched to the next source character that is the same (markdown
+    hides only syntax: ``#``, ``*``, fences, indentation); one with no match (an entity the source
+    spelled out) takes the tint of where the match stands.  A code block's Copy line is not from
+    the source and is never tinted.
+    """
+    out: list[str] = []
+    j = 0  # the next source character to match
+    extra = 0  # inside the text of a div that is not from the source
+    n = len(source)
+
+    def tinted(i: int) -> bool:
+        return 0 <= i < n and marked[i]
+
+    for part in _TAG.split(block_html):
+        if not part:
+            continue
+        if part.startswith("<"):
+            if extra:
+                extra += part.startswith("<div")
+                extra -= part.startswith("</div")
+            elif part.startswith("<div") and EXTRA in part:
+                extra = 1
+            out.append(part)
+            continue
+        if extra:
+            out.append(part)
+            continue
+        text = html.unescape(part)
+        flags = []
+        for c in text:
+            if c.isspace():
+                if j < n and source[j].isspace():
+                    # a line break is never wrapped: one at the end of a <pre> in a span is laid out as a line more
+                    flags.append(tinted(j) and c not in "\r\n")
+                    j += 1
+                else:
+                    flags.append(tinted(j - 1) and tinted(j) and c not in "\r\n")
+                continue
+            at = source.find(c, j, j + ALIGN_WINDOW)
+            if at >= 0:
+                j = at + 1
+                flags.append(tinted(at))
+            else:
+                flags.append(tinted(j))
+        k = 0
+        for mark, group in itertools.groupby(flags):
+            size = len(list(group))
+            chunk = html.escape(text[k:k + size], quote=False)
+            out.append(f"<span style='{mark_css}'>{chunk}</span>" if mark else chunk)
+            k += size
+    return "".join(out)
+
+
+class TintStream:
+    """A growing markdown text rendered as :class:`MarkdownStream` renders it (the same blocks, code
+    blocks and highlighting), with the runs marked as accepted draft text tinted on top."""
+
+    def __init__(self, theme: Theme | None = None, mark_css: str = "") -> None:
+        self.mark_css = mark_css
+        self._stream = MarkdownStream(theme)
+
+    def update(self, text: str, runs: Sequence[tuple[str, bool]], final: bool = False) -> Update:
+        """``runs``: ``text`` in runs of (text, marked); their joined text is ``text``."""
+        u = self._stream.update(text, final)
+        spans = marked_spans(runs)
+        return Update(u.reset, tuple(self._tint(b, text, spans) for b in u.finished),
+                      self._tint(u.tail, text, spans) if u.tail is not None else None)
+
+    def _tint(self, block: Block, text: str, spans: list[tuple[int, int]]) -> Block:
+        source = text[block.start:block.end]
+        marked = [False] * len(source)
+        for a, b in spans:
+            a, b = max(a, block.start), min(b, block.end)
+            for i in range(a - block.start, b - block.start):
+                marked[i] = True
+        if not any(marked):
+            return block
+        return Block(tint_html(block.html, source, marked, self.mark_css), block.codes, block.start, block.end)
 
 
 # -- plain text in runs ---------------------------------------------------------------------------

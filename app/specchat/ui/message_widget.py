@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
-from .markdown import Block, MarkdownStream, RunStream, Update
+from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
 from .theme import Theme, current
 
 BLOCK_SPACING = 6  # px between blocks: a paragraph's gap inside one label looks the same
@@ -110,6 +110,7 @@ class MessageWidget(QFrame):
     """Shows one message; the streaming one is updated in place (only its tail re-renders)."""
 
     copyRequested = Signal(str)
+    tintToggled = Signal(bool)  # the footer's draft-tint switch was clicked: the new state
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", footer: str = "",
                  parent=None, theme: Theme | None = None) -> None:
@@ -147,7 +148,7 @@ class MessageWidget(QFrame):
 
     @property
     def body(self) -> BlockColumn:
-        """The answer as shown: markdown, or the draft-tinted text."""
+        """The answer as shown: markdown, or the same markdown with the accepted draft text tinted."""
         return self.tint_view if self.tint and self.segments else self.markdown_view
 
     def set_content(self, content: str, reasoning: str = "", footer: str | None = None) -> None:
@@ -160,7 +161,8 @@ class MessageWidget(QFrame):
     def refresh(self) -> None:
         tinted = self.tint and bool(self.segments)
         if tinted:
-            self.tint_view.apply(self._tint.update(self.segments), self._placeholder())
+            self.tint_view.apply(self._tint.update(self.content, self.segments, final=not self.streaming),
+                                 self._placeholder())
         else:
             self.markdown_view.apply(self._markdown.update(self.content, final=not self.streaming),
                                      self._placeholder())
@@ -170,6 +172,8 @@ class MessageWidget(QFrame):
         parts = [html.escape(self.footer)] if self.footer else []
         if self.content:
             parts.append(self._link("copyall", "Copy"))
+        if any(marked for _, marked in self.segments):
+            parts.append(self._link("tint", "Hide draft tint" if self.tint else "Tint draft tokens"))
         self.footer_label.setText(" · ".join(parts) if self.role != "system" else "")
         self.footer_label.setVisible(self.role != "system")
 
@@ -222,7 +226,7 @@ class MessageWidget(QFrame):
         self.footer_label.setStyleSheet(f"color:{t.muted}; font-size:11px;")
         self.reasoning_view.set_text_css(f"color:{t.muted}; margin-left:8px;")
         self._markdown = MarkdownStream(t)
-        self._tint = RunStream(f"background:{t.draft_tint}")
+        self._tint = TintStream(t, f"background:{t.draft_tint}")
         self._thoughts = RunStream()
         for column in (self.markdown_view, self.tint_view, self.reasoning_view):
             column.clear()
@@ -235,6 +239,8 @@ class MessageWidget(QFrame):
             self._refresh_reasoning()
         elif href == "copyall":
             self._copy(self.content)
+        elif href == "tint":
+            self.tintToggled.emit(not self.tint)
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

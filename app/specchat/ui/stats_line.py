@@ -1,0 +1,85 @@
+"""The stats line under an answer: what it measured, in words, and nothing it did not measure.
+
+Time to first token, decode speed, tokens, which drafter ran (and, when ``auto`` refused one,
+why), accepted of drafted tokens, the multiplier over plain decoding and why it stopped.  The
+multiplier is shown only against the plain runs of the same pair nearest in time, at least
+:data:`~specchat.store.MIN_PLAIN_RUNS` of them (:func:`specchat.store.plain_reference`), with how
+many it rests on and the spread over them; below that it says how many are still missing.
+"""
+
+from __future__ import annotations
+
+from specchat.engine.settings import StructuredOutput
+from specchat.modes import PLAIN_MODE, Drafter, Mode
+from specchat.store import MIN_PLAIN_RUNS, MessageStats, PlainReference
+
+# why an answer stopped (engine.events.StopReason values), in words
+STOP_WORDS = {
+    "eog": "the model finished",
+    "stop_string": "a stop string",
+    "max_tokens": "the token limit",
+    "context_full": "the context is full",
+    "cancelled": "stopped by you",
+    "error": "an error",
+}
+DRAFTER_WORDS = {Drafter.MODEL.value: "draft model", Drafter.LOOKUP.value: "lookup"}
+
+
+def stats_line(stats: MessageStats | None, state: str | None, reference: PlainReference | None = None) -> str:
+    """The footer of a stored answer; ``reference``: the plain runs its multiplier rests on
+    (None: it has none to rest on, a plain answer or a server's)."""
+    if stats is None:
+        return {"streaming": "generating…", "stopped": "stopped", "error": "error"}.get(state or "", "")
+    if stats.error:
+        return f"error: {stats.error}"
+    parts = [f"{stats.decode_tok_s:.1f} tok/s", f"{stats.tokens} tokens"]
+    if stats.prefill_s > 0:
+        parts.append(f"first token {_seconds(stats.prefill_s)}")
+    parts.append(drafter_text(stats))
+    if stats.token_acceptance is not None:
+        parts.append(f"{stats.token_acceptance:.0%} draft accepted ({stats.accepted} of {stats.drafted} drafted)")
+        parts.append(f"mean K {stats.mean_k:.1f}")
+    parts.append(stats.phases.summary())  # reasoning and answer apart, when the answer reasoned
+    parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
+    parts.append(vs_plain(stats, reference))
+    parts.append(f"stop: {STOP_WORDS.get(stats.stop_reason, stats.stop_reason)}" if stats.stop_reason else "")
+    return " · ".join(p for p in parts if p)
+
+
+def drafter_text(stats: MessageStats) -> str:
+    """Which drafter ran: "auto used lookup: the draft model cannot pay here, best case 0.80x"."""
+    mode = stats.mode or ""
+    if mode == PLAIN_MODE:
+        return "plain decoding"
+    notes = "; ".join(stats.notes)
+    if not stats.drafters:
+        if stats.drafted:  # an answer stored before drafters were recorded, or a server's
+            return mode
+        used = "drafted nothing" if mode == Mode.AUTO.value else "nothing drafted"
+    elif len(stats.drafters) == 1:
+        used = DRAFTER_WORDS.get(stats.drafters[0][0], stats.drafters[0][0])
+    else:
+        used = " and ".join(f"{DRAFTER_WORDS.get(n, n)} ({d} drafted)" for n, d, _ in stats.drafters)
+    if mode == Mode.AUTO.value and stats.drafters:
+        used = f"auto used {used}"
+    elif mode == Mode.AUTO.value:
+        used = f"auto {used}"
+    return f"{used}: {notes}" if notes else used
+
+
+def vs_plain(stats: MessageStats, reference: PlainReference | None) -> str:
+    """"1.42x vs plain (5 plain runs, 1.30-1.51x)", or what is missing for one."""
+    if reference is None or stats.mode == PLAIN_MODE:
+        return ""
+    x = reference.multiplier(stats.counts.decode_tok_s)
+    spread = reference.spread(stats.counts.decode_tok_s)
+    if x is None or spread is None:
+        return f"vs plain: not measured yet ({reference.runs} of {MIN_PLAIN_RUNS} plain runs)"
+    lo, hi = spread
+    return f"{x:.2f}x vs plain ({reference.runs} plain runs, {lo:.2f}–{hi:.2f}x)"
+
+
+def _seconds(s: float) -> str:
+    if s < 0.01:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
