@@ -64,7 +64,20 @@ def footer_text(stats: MessageStats | None, state: str | None) -> str:
     parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
     parts.append(stats.mode or "")
     parts.append(f"stop: {stats.stop_reason}")
+    parts.append(context_text(stats))
     return " · ".join(p for p in parts if p)
+
+
+def context_text(stats: MessageStats) -> str:
+    """How much of the context the answer used (its prompt and its tokens), and what the chat's
+    context policy left out of the prompt; "" where the context is not known."""
+    if not stats.n_ctx:
+        return ""
+    # the last token is sampled, not decoded: an answer that filled the context counts n_ctx + 1
+    used = f"context {min(stats.prompt_tokens + stats.tokens, stats.n_ctx):,} / {stats.n_ctx:,}"
+    if stats.left_out:
+        used += f" ({stats.left_out} earlier message{'s' if stats.left_out != 1 else ''} not sent)"
+    return used
 
 
 def _segments(m: Message) -> list[tuple[str, bool]]:
