@@ -90,3 +90,30 @@ def test_a_policy_keeps_answering_all_20_turns_within_the_context_and_loses_noth
         assert FIRST not in sent[-1]
     # the kept start is reused from the KV cache (the system prompt at least), not prefilled again
     assert all(m.stats.reused_tokens >= len(SYSTEM) for m in answers[1:])
+
+
+def test_an_answer_that_fills_the_context_stops_there_and_the_next_turn_applies_the_policy(qtbot, tmp_path):
+    """A max_tokens over half the context leaves less room than the answer wants: that answer stops as
+    context full (as under stop), and the next turn leaves the full turn out and answers whole."""
+    store = open_store(tmp_path / "db.sqlite3")
+    target = tmp_path / "t.gguf"
+    target.touch()
+    chat = store.create_chat("long", ChatSettings(target=target, speculation="baseline", max_tokens=400,
+                                                  context_policy="rolling_window")).id
+    gen = GenerationService(FakePairFactory(FakeSpec(answer_tokens=300, n_ctx=N_CTX)))
+    answers = AnswerService(store, gen, lambda s: PairConfig(s.target, None))
+    finished = []
+    answers.finished.connect(lambda _chat, stored: finished.append(stored))
+    try:
+        for i, text in enumerate(("paste: " + "lorem ipsum " * 20, "and now a short one?")):
+            store.add_message(chat, "user", text)
+            answers.ask(chat)
+            qtbot.waitUntil(lambda n=i + 1: len(finished) == n, timeout=10_000)
+        first, second = finished
+        assert first.state == "done" and first.stats.stop_reason == "context_full" and first.stats.left_out == 0
+        assert second.state == "done" and second.stats.stop_reason == "eog" and second.stats.tokens == 300
+        assert second.stats.left_out == 2 and len(store.messages(chat)) == 4
+    finally:
+        answers.shutdown()
+        gen.shutdown()
+        store.close()
