@@ -33,6 +33,7 @@ UI_ALLOWED = (
     "specchat.profile",
     "specchat.errors",
     "specchat.modes",
+    "specchat.context_policy",  # the policies a chat picks for a conversation past the context
     "specchat.files",
     "specchat.pair_loading",
     "specchat.engine",  # the package's public events and settings (its __init__)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from specchat.context_policy import ContextPolicy
 from specchat.engine.cancel import CancelToken
 from specchat.engine.events import Event
 from specchat.engine.settings import ControllerSettings, Mode, SamplingSettings
@@ -38,6 +39,9 @@ class AnswerRequest:
     # local: the controller's live settings for this answer (the app's, as they are now); None: as loaded.
     # A server drafts as it was started and ignores it.
     controller: ControllerSettings | None = None
+    # local: what is sent once the chat outgrows the context (the oldest turns left out, or not: STOP);
+    # a server keeps its own context and gets every message
+    context_policy: ContextPolicy = ContextPolicy.STOP
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,7 @@ class Started:
 
     prompt_tokens: int  # 0 where the backend does not say before it answers (a server)
     starts_in_reasoning: bool  # the template opened the think block in the prompt itself
+    left_out: int = 0  # messages of the request the context policy did not send
 
 
 AnswerEvent = Started | Event

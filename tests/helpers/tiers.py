@@ -7,6 +7,7 @@ from __future__ import annotations
 INNER = (
     "tests/engine/", "tests/harness/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
     "tests/test_layers.py", "tests/test_files.py", "tests/test_cancel.py", "tests/workers/test_tasks.py", "tests/services/test_services_on_the_fake.py",
+    "tests/services/test_long_chats.py", "tests/test_context_policy.py", "tests/ui/test_long_chat_ui.py",
     "tests/services/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
     "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
     "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",

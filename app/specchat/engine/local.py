@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 
 from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
+from specchat.context_policy import fit_messages, reserve
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.pair_loading import fit_problem
@@ -77,15 +78,25 @@ class LocalBackend:
 
     def answer(self, request: AnswerRequest, cancel: CancelToken) -> Iterator[AnswerEvent]:
         """:class:`~specchat.engine.chat.TemplateError` (a UserError, one line naming the model) when the
-        template fails; the pair stays usable.  A stop while the template renders is ``Done(CANCELLED)``."""
+        template fails; the pair stays usable.  A stop while the template renders is ``Done(CANCELLED)``.
+
+        A chat longer than the context is cut by ``request.context_policy`` (the oldest turns left
+        out until the prompt leaves the answer its reserve); what stays in the target's KV cache is
+        reused by the loop's ``keep_prefix``: the kept start (system prompt, and the first exchange
+        under truncate-middle), while the turns after a cut are prefilled again."""
+        budget = self.pair.target.n_ctx - reserve(self.pair.target.n_ctx, request.max_tokens)
         try:
-            prompt = self.pair.chat_prompt(list(request.messages), reasoning=request.reasoning, cancel=cancel)
+            fitted = fit_messages(
+                request.messages, request.context_policy, budget,
+                lambda msgs: self.pair.chat_prompt(msgs, reasoning=request.reasoning, cancel=cancel),
+                lambda prompt: len(prompt.tokens))
         except TemplateCancelled:  # stopped (or the app closing) while the template rendered
             yield Done(StopReason.CANCELLED, GenerationStats.empty())
             return
+        prompt = fitted.prompt
         if request.controller is not None:
             self.pair.retune(request.controller)
-        yield Started(len(prompt.tokens), prompt.starts_in_reasoning)
+        yield Started(len(prompt.tokens), prompt.starts_in_reasoning, fitted.left_out)
         yield from split_answer(self.pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                                    max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),
                                 prompt.starts_in_reasoning)

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specchat.backends import BackendConfig
+from specchat.context_policy import ContextPolicy
 from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
-from specchat.workers.generation import GenerationService, PairInfo
+from specchat.workers.generation import GenerationService, PairInfo, Started
 
 FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
 RETRY_MS = 2000  # an answer the database refused (disk full) is tried again this often
@@ -67,6 +68,7 @@ class LiveAnswer:
         self.segments: list[tuple[str, bool]] = []  # (answer text, from an accepted draft)
         self.unsaved_stop = False  # stopped because the database refused its text (disk full)
         self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
+        self.left_out = 0  # messages of the chat its context policy did not send (from the backend's Started)
 
     @property
     def content(self) -> str:
@@ -266,6 +268,7 @@ class AnswerService(QObject):
             max_tokens=s.max_tokens,
             controller=live.controller,  # the app's thresholds as they are now: a change needs no reload
             reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
+            context_policy=ContextPolicy(s.context_policy),  # the whole chat goes; the backend cuts what must go
         )
         if self.recorder is not None:
             self.recorder.begin(live.request_id, live.chat_id, mode=mode.value)
@@ -323,7 +326,9 @@ class AnswerService(QObject):
             return  # a stopped or abandoned request: stale results never reach the screen
         if self.recorder is not None:
             self.recorder.feed(rid, live.chat_id, ev)
-        if isinstance(ev, TokensEmitted):
+        if isinstance(ev, Started):
+            live.left_out = ev.left_out
+        elif isinstance(ev, TokensEmitted):
             live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
             self._stop_if_unsaved(live)
@@ -340,6 +345,9 @@ class AnswerService(QObject):
         state = {"cancelled": "stopped", "error": "error"}.get(done.stop_reason.value, "done")
         stats = MessageStats.from_generation(done.stats, done.stop_reason.value,
                                              error=done.message if state == "error" else "")
+        # the context it ran in and what its policy left out: the footer's "context N / n_ctx"
+        stats = replace(stats, n_ctx=self.pair_info.n_ctx if self.pair_info is not None else 0,
+                        left_out=live.left_out)
         stored = self._store_final(live, state, stats)
         self.finished.emit(live.chat_id, stored)
         self.queueChanged.emit()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat import modes
+from specchat.context_policy import POLICY_NAMES, ContextPolicy
 from specchat.metrics import Counts, CountsView, PhaseSplit
 from specchat.sampling_settings import SamplingSettings, StructuredOutput
 
@@ -55,6 +56,8 @@ class ChatSettings:
     backend: str = ""  # "": this machine's engine (Local); "llama-server": one SpecChat starts for this
     # chat's pair; else the name of a server in Settings → Servers
     server_spec_type: str = "draft-simple"  # the managed llama-server's --spec-type
+    # what is sent once the chat outgrows the context (specchat/context_policy.py); the store keeps everything
+    context_policy: str = ContextPolicy.STOP.value
 
     def __post_init__(self) -> None:
         # Normalise what users and config files type, so equal settings compare equal.
@@ -64,6 +67,8 @@ class ChatSettings:
                 object.__setattr__(self, name, Path(value) if str(value) else None)
         object.__setattr__(self, "speculation", normalize_mode(self.speculation))
         object.__setattr__(self, "task", normalize_task_tag(self.task))
+        policy = self.context_policy
+        object.__setattr__(self, "context_policy", str(getattr(policy, "value", policy) or "").strip().lower())
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -72,6 +77,8 @@ class ChatSettings:
         self.sampling.validate()  # the engine's own checks (GrammarError, a ValueError, for the structured output)
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        if self.context_policy not in POLICY_NAMES:
+            raise ValueError(f"context_policy must be one of {', '.join(POLICY_NAMES)}")
 
     def replaced(self, **change: Any) -> ChatSettings:
         """These settings with ``change``: fields of the chat or of its sampling, by name
@@ -144,6 +151,8 @@ class MessageStats(CountsView):
     # the drafters that drafted, as (name, drafted, accepted), most drafted first ("model", "lookup")
     drafters: tuple[tuple[str, int, int], ...] = ()
     notes: tuple[str, ...] = ()  # why a drafter did not run, in a few words each (the stats line)
+    n_ctx: int = 0  # the context it was answered in (0: not known, a server that does not say, an older answer)
+    left_out: int = 0  # messages of the chat its context policy did not send (nothing is deleted)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -162,6 +171,10 @@ class MessageStats(CountsView):
             doc["drafters"] = [list(d) for d in self.drafters]
         if self.notes:
             doc["notes"] = list(self.notes)
+        if self.n_ctx:
+            doc["n_ctx"] = self.n_ctx
+        if self.left_out:
+            doc["left_out"] = self.left_out
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -181,6 +194,8 @@ class MessageStats(CountsView):
                 structured=str(doc.get("structured") or ""),
                 drafters=tuple((str(n), int(d), int(a)) for n, d, a in doc.get("drafters") or ()),
                 notes=tuple(str(n) for n in doc.get("notes") or ()),
+                n_ctx=max(0, int(doc.get("n_ctx") or 0)),
+                left_out=max(0, int(doc.get("left_out") or 0)),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("message stats unreadable (%s)", exc)

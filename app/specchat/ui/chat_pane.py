@@ -56,6 +56,7 @@ def footer_text(stats: MessageStats | None, state: str | None, reference: PlainR
     return stats_line(stats, state, reference)
 
 
+
 def _segments(m: Message) -> list[tuple[str, bool]]:
     """The stored tint of an answer (which text came from accepted draft tokens)."""
     segments = getattr(m, "content_segments", None)

@@ -1,11 +1,12 @@
 """App settings (context, GPU layers, threads, controller thresholds, default mode, theme)
-and per-chat settings (backend, speculation, system prompt, sampling, max tokens, task tag)."""
+and per-chat settings (backend, speculation, system prompt, sampling, max tokens, context policy, task tag)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from specchat.config import SCHEMA, AppConfig, ConfigError, Setting, as_float, as_int
+from specchat.context_policy import POLICIES
 from specchat.engine import check_structured
 from specchat.engine.settings import (
     MAX_STRUCTURED_BYTES,
@@ -173,11 +175,19 @@ class ChatSettingsDialog(QDialog):
         self.repeat = QDoubleSpinBox(minimum=0.5, maximum=2.0, singleStep=0.05, value=sampling.repeat_penalty)
         self.seed = QLineEdit(str(sampling.seed))
         self.max_tokens = QSpinBox(minimum=1, maximum=131072, value=settings.max_tokens)
+        self.context_policy = QComboBox()
+        for p in POLICIES:
+            self.context_policy.addItem(p.label, p.policy.value)
+            self.context_policy.setItemData(self.context_policy.count() - 1, p.help, Qt.ItemDataRole.ToolTipRole)
+        self.context_policy.setCurrentIndex(max(0, self.context_policy.findData(settings.context_policy)))
+        self.context_policy.setToolTip("What is sent once the chat outgrows the context (a local pair); "
+                                       "the chat itself keeps every message")
         structured_row = self._structured_widgets(settings)
         for label, w in (("Backend", self.backend), ("Model pair", self.pair), ("Speculation", self.speculation),
                          ("llama.cpp drafter", self.spec_type), ("", self.local_note), ("System prompt", self.system), ("Task tag", self.task),
                          ("top-k", self.top_k), ("top-p", self.top_p), ("min-p", self.min_p),
                          ("Repeat penalty", self.repeat), ("Seed", self.seed), ("Max tokens", self.max_tokens),
+                         ("Past the context", self.context_policy),
                          ("Structured output", structured_row), ("", self.structured_text),
                          ("", self.structured_error)):
             form.addRow(label, w)
@@ -359,6 +369,7 @@ class ChatSettingsDialog(QDialog):
                            structured=self.structured())
         return replace(self.base, system_prompt=self.system.toPlainText(), task=self.task.currentText(),
                        sampling=sampling, max_tokens=self.max_tokens.value(),
+                       context_policy=str(self.context_policy.currentData()),
                        backend=str(self.backend.currentData() or ""),
                        server_spec_type=str(self.spec_type.currentData() or self.base.server_spec_type),
                        speculation=str(self.speculation.currentData()))

@@ -43,6 +43,7 @@ def stats_line(stats: MessageStats | None, state: str | None, reference: PlainRe
     parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
     parts.append(vs_plain(stats, reference))
     parts.append(f"stop: {STOP_WORDS.get(stats.stop_reason, stats.stop_reason)}" if stats.stop_reason else "")
+    parts.append(context_text(stats))
     return " · ".join(p for p in parts if p)
 
 
@@ -83,3 +84,15 @@ def _seconds(s: float) -> str:
     if s < 0.01:
         return f"{s * 1e3:.1f} ms"
     return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def context_text(stats: MessageStats) -> str:
+    """How much of the context the answer used (its prompt and its tokens), and what the chat's
+    context policy left out of the prompt; "" where the context is not known."""
+    if not stats.n_ctx:
+        return ""
+    # the last token is sampled, not decoded: an answer that filled the context counts n_ctx + 1
+    used = f"context {min(stats.prompt_tokens + stats.tokens, stats.n_ctx):,} / {stats.n_ctx:,}"
+    if stats.left_out:
+        used += f" ({stats.left_out} earlier message{'s' if stats.left_out != 1 else ''} not sent)"
+    return used
