@@ -124,7 +124,7 @@ class _Answer:
         self.tokens = 0
         self.chunks = 0  # chunks that arrived, and the bytes of their text: what any count is checked against
         self.text_bytes = 0
-        self.tokens_at_poll = 0
+        self._owed = SpecCounters(0, 0, 0)  # counted steps not yet matched by tokens that arrived
         self.rounds = Counts()
         self.prompt = Counts()
         self.finish_reason: str | None = None
@@ -288,11 +288,21 @@ class _Answer:
         self._counters_last = now
         if d is None or d.drafts <= 0:
             return
-        new_tokens = max(self.tokens - self.tokens_at_poll, 1)
-        self.tokens_at_poll = self.tokens
-        if d.drafts > new_tokens:  # server-wide, maybe other requests too: this answer's share at most
-            scale = new_tokens / d.drafts
-            d = SpecCounters(new_tokens, round(d.draft_tokens * scale), round(d.accepted * scale))
+        d = SpecCounters(d.drafts + self._owed.drafts, d.draft_tokens + self._owed.draft_tokens,
+                         d.accepted + self._owed.accepted)
+        self._owed = SpecCounters(0, 0, 0)
+        room = max(self.tokens - self.server_wide.drafts, 0)  # a step emits a token: never more steps than tokens
+        if d.drafts > room:
+            # more steps than tokens arrived: other requests (the counters are server-wide), or the server
+            # ahead of what we have read on a loaded machine. This answer takes what its tokens allow
+            # now; the rest waits for more tokens to arrive.
+            scale = room / d.drafts
+            part = SpecCounters(room, round(d.draft_tokens * scale), round(d.accepted * scale))
+            self._owed = SpecCounters(d.drafts - part.drafts, d.draft_tokens - part.draft_tokens,
+                                      d.accepted - part.accepted)
+            d = part
+        if d.drafts <= 0:
+            return
         # the steps between two scrapes as one round with their mean draft (server-wide figures: which of
         # them were fully accepted is not in the counters, so the answer's sequence acceptance stays undefined)
         self.server_wide = SpecCounters(self.server_wide.drafts + d.drafts,
