@@ -43,8 +43,8 @@ def many_ggufs(folder: Path, n: int) -> list[Path]:
 
 
 def start(script: str, *args: object) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-c", script, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen([PY, "-c", script, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
@@ -115,6 +115,7 @@ from specchat.models.registry import Registry
 path, files = Path(sys.argv[1]), sorted(Path(sys.argv[2]).glob('*.gguf'))
 reg = Registry(path)
 print('ready', flush=True)
+sys.stdin.readline()  # go
 index = {str(f.resolve()): i for i, f in enumerate(files)}
 while True:  # grow to all the files, then shrink from the front: every version is a contiguous range
     have = sorted(index[m.path] for m in reg.models())
@@ -142,9 +143,14 @@ def registry_version(path: Path, files: list[Path]) -> list[int]:
 def kill_at_random_moments(script: str, args: list[object], kills: int, check, seed: int) -> None:
     """Start the writer, let it write for a random while (reading the file all along), kill -9 it; repeat."""
     rng = random.Random(seed)
-    for _ in range(kills):
-        proc = start(script, *args)
+    following = start(script, *args)  # the next writer starts (imports) while this one writes
+    for i in range(kills):
+        proc = following
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.stderr and proc.stderr.read()
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        following = start(script, *args) if i + 1 < kills else None
         deadline = time.monotonic() + rng.uniform(0.02, 0.4)
         while time.monotonic() < deadline:
             check()  # a reader during the writes never sees half a file
@@ -185,6 +191,7 @@ from pathlib import Path
 from specchat.config import AppConfig
 path = Path(sys.argv[1])
 print('ready', flush=True)
+sys.stdin.readline()  # go
 while True:  # each version: n_ctx = 1000 + i and a target path i characters longer than '/m/.gguf'
     i = AppConfig(path)['n_ctx'] - 1000 + 1
     if i > 3000:

@@ -13,9 +13,13 @@ INNER = (
     "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",
     "tests/ui/test_theme_contrast.py",
 )
-# in those places, what runs a child process or a whole command (about 5 s of the inner loop's 20)
+# in those places, what runs a child process or a whole command, or waits on a retry clock
 INNER_EXCEPT = (
     "tests/store/test_crash_safety.py",
+    "tests/engine/test_grammar_hostile.py",  # each check is a child process (6 s in all)
+    "tests/ui/test_chat_settings_structured.py",  # OK checks the grammar in a child process
+    "tests/services/test_services_on_the_fake.py::"
+    "test_a_full_disk_mid_answer_stops_it_at_what_was_shown_and_stores_it_as_stopped_once_there_is_room",  # a 2 s retry
     "tests/harness/test_simulate.py::test_simulate_agreement_from_the_command_line",
     "tests/harness/test_simulate.py::test_the_agreement_table_has_one_column_per_share_and_the_kits_goals",
 )

@@ -9,6 +9,7 @@ import pytest
 from helpers.fakes import FakePairFactory, FakeSpec
 from specchat.engine import Done, Mode, StopReason, TokensEmitted
 from specchat.engine.pair import PairConfig
+from specchat.services import answers as answers_module
 from specchat.services.answers import AnswerService, Phase
 from specchat.store import ChatSettings, open_store
 from specchat.workers.generation import GenerationService, Started
@@ -85,7 +86,7 @@ def test_the_answer_service_answers_chats_in_order_one_at_a_time(qtbot, tmp_path
 
 
 def test_a_full_disk_mid_answer_stops_it_at_what_was_shown_and_stores_it_as_stopped_once_there_is_room(
-        qtbot, tmp_path):
+        qtbot, tmp_path, monkeypatch):
     """SQLite says "database or disk is full" (max_page_count stands in for the disk): the answer
     stops with one line saying why, the chat is not left "answering", what was shown stays on screen
     as stopped, and it is stored as stopped with that text once the database takes it again."""
@@ -96,6 +97,7 @@ def test_a_full_disk_mid_answer_stops_it_at_what_was_shown_and_stores_it_as_stop
     chat = store.create_chat("c", ChatSettings(target=target, draft=draft, speculation="draft", max_tokens=4000))
     store.add_message(chat.id, "user", "question")
     gen = GenerationService(FakePairFactory(FakeSpec(answer_tokens=4000, decode_s=0.002)))
+    monkeypatch.setattr(answers_module, "RETRY_MS", 100)  # the app tries again every 2 s
     answers = AnswerService(store, gen, lambda s: PairConfig(s.target, s.draft))
     notices, finished = [], []
     answers.notice.connect(notices.append)
