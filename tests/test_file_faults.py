@@ -116,6 +116,7 @@ path, files = Path(sys.argv[1]), sorted(Path(sys.argv[2]).glob('*.gguf'))
 reg = Registry(path)
 print('ready', flush=True)
 sys.stdin.readline()  # go
+first = True
 index = {str(f.resolve()): i for i, f in enumerate(files)}
 while True:  # grow to all the files, then shrink from the front: every version is a contiguous range
     have = sorted(index[m.path] for m in reg.models())
@@ -125,6 +126,9 @@ while True:  # grow to all the files, then shrink from the front: every version 
         reg.remove(files[have[0]])
     else:
         reg.add(files[have[-1] + 1])
+    if first:  # one whole version written: from here every kill lands at a random point of some write
+        print('writing', flush=True)
+        first = False
 """
 
 
@@ -151,6 +155,9 @@ def kill_at_random_moments(script: str, args: list[object], kills: int, check, s
         proc.stdin.write("go\n")
         proc.stdin.flush()
         following = start(script, *args) if i + 1 < kills else None
+        # the window opens once it wrote a whole version, however loaded the machine: on two busy cores a
+        # first write could take longer than the window, and no kill would land inside a later write
+        assert proc.stdout.readline() == "writing\n", proc.stderr and proc.stderr.read()
         deadline = time.monotonic() + rng.uniform(0.02, 0.4)
         while time.monotonic() < deadline:
             check()  # a reader during the writes never sees half a file
@@ -192,11 +199,15 @@ from specchat.config import AppConfig
 path = Path(sys.argv[1])
 print('ready', flush=True)
 sys.stdin.readline()  # go
+first = True
 while True:  # each version: n_ctx = 1000 + i and a target path i characters longer than '/m/.gguf'
     i = AppConfig(path)['n_ctx'] - 1000 + 1
     if i > 3000:
         i = 1
     AppConfig(path).apply({'n_ctx': 1000 + i, 'target': '/m/' + 'x' * i + '.gguf'})
+    if first:  # one whole version written: from here every kill lands at a random point of some write
+        print('writing', flush=True)
+        first = False
 """
 
 
