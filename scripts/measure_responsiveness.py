@@ -37,7 +37,8 @@ def main() -> int:
     ap.add_argument("--mid-shot", type=Path, default=None, help="save a screenshot half-way through the last answer")
     ap.add_argument("--nice", type=int, default=2, help="the decode_nice setting (default 2, the app default)")
     ap.add_argument("--plain-first", action="store_true",
-                    help="answer once with speculation off first (not counted), so the panel knows the plain rate")
+                    help="answer 3 times (MIN_PLAIN_RUNS) with speculation off first (not counted), so the panel "
+                         "knows the plain rate (it learns one from that many)")
     ap.add_argument("--trace", type=float, default=0.0, metavar="MS",
                     help="print every event the GUI thread took longer than MS to handle (receiver, event type)")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
@@ -51,6 +52,7 @@ def main() -> int:
 
     import test_models
     from specchat.config import AppConfig
+    from specchat.metrics import MIN_PLAIN_RUNS
     from specchat.models.registry import Registry
     from specchat.profile import Profile
     from specchat.store import ChatSettings, open_store
@@ -93,8 +95,9 @@ def main() -> int:
     window.show()
     runs: list[tuple[bool, float, list[float]]] = []  # (panel shown, decode tok/s, timer lateness)
     plan = [(i % 4) in (1, 2) if args.panel == "alternate" else args.panel == "shown" for i in range(args.answers)]
+    first = MIN_PLAIN_RUNS if args.plain_first else 1  # the answers asked in the first chat
     if args.plain_first:
-        plan.insert(0, True)
+        plan[:0] = [True] * MIN_PLAIN_RUNS
     lateness: list[float] = []
     last = [time.perf_counter()]
 
@@ -114,13 +117,13 @@ def main() -> int:
             return
         if len(runs) == len(plan):
             if args.plain_first:
-                runs.pop(0)
+                del runs[:MIN_PLAIN_RUNS]
             if args.shot:
                 window.grab().save(str(args.shot))
             app.quit()
             return
         window.telemetry.setVisible(plan[len(runs)])
-        if runs:
+        if len(runs) >= first:
             window.new_chat()
         lateness.clear()
         window.pane.composer.setPlainText(args.prompt)

@@ -61,6 +61,12 @@ def prefill_tok_s(prompt_tokens: int, prefill_s: float) -> float | None:
     return prompt_tokens / prefill_s if prompt_tokens > 0 and prefill_s > 0 else None
 
 
+# A multiplier over plain decoding that is shown as a figure rests on at least this many plain runs
+# (and, pooled per task, as many speculative ones): one run is noise.  A walk-through saw 1.97x from
+# one, and a per-task 2.09x that was 0.99x fifteen minutes later.
+MIN_PLAIN_RUNS = 3
+
+
 def multiplier(speculative_tok_s: float | None, plain_tok_s: float | None) -> float | None:
     """Speculative decode tok/s / plain decode tok/s (the same prompts, the same run)."""
     return speculative_tok_s / plain_tok_s if speculative_tok_s and plain_tok_s else None

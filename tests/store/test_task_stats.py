@@ -39,15 +39,17 @@ def test_acceptance_and_multiplier_from_known_numbers(store):
     # plain: (100 + 50) decoded tokens in (10 + 5) s = 10 tok/s; "off" (the old name) is "baseline"
     answer(store, code, tokens=101, decode_s=10.0, mode="off")
     answer(store, code, tokens=51, decode_s=5.0, mode="baseline")
+    answer(store, code, tokens=11, decode_s=1.0, mode="baseline")  # (100 + 50 + 10) in 16 s: still 10 tok/s
     # speculative: (200 + 100) tokens in (10 + 5) s = 20 tok/s -> multiplier 2.0
     answer(store, code, tokens=201, decode_s=10.0, mode="draft", drafted=160, accepted=120,
            rounds_with_draft=40, rounds_fully_accepted=20)
     answer(store, code, tokens=101, decode_s=5.0, mode="lookup", drafted=40, accepted=30,
            rounds_with_draft=10, rounds_fully_accepted=5)
+    answer(store, code, tokens=21, decode_s=1.0, mode="auto")  # auto ran plain: (300 + 20) in 16 s, 20 tok/s
 
     row = rows_by_tag(store)["code"]
-    assert (row.answers, row.plain_answers, row.speculative_answers) == (4, 2, 2)
-    assert row.tokens == 101 + 51 + 201 + 101
+    assert (row.answers, row.plain_answers, row.speculative_answers) == (6, 3, 3)
+    assert row.tokens == 101 + 51 + 11 + 201 + 101 + 21
     assert row.drafted == 200 and row.accepted == 150
     assert row.token_acceptance == pytest.approx(150 / 200)  # summed counts, not averaged ratios
     assert row.sequence_acceptance == pytest.approx(25 / 50)
@@ -97,9 +99,10 @@ def test_the_tag_in_force_when_the_answer_finished_is_used_and_targets_can_be_se
     chat = store.create_chat("c", ChatSettings(task="chat", target="/m/small.gguf"))
     answer(store, chat, tokens=11, decode_s=1.0, mode="off")
     store.update_settings(chat.id, ChatSettings(task="summary", target="/m/big.gguf"))
-    answer(store, chat, tokens=11, decode_s=2.0, mode="off")
-    answer(store, chat, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8,
-           rounds_with_draft=2, rounds_fully_accepted=2)
+    for _ in range(3):
+        answer(store, chat, tokens=11, decode_s=2.0, mode="off")
+        answer(store, chat, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8,
+               rounds_with_draft=2, rounds_fully_accepted=2)
 
     assert rows_by_tag(store)["chat"].plain_tok_s == pytest.approx(10.0)
     summary = rows_by_tag(store, target="/m/big.gguf")
@@ -194,3 +197,26 @@ def answer_with(store, chat, stats):
     writer = store.answer_writer(store.start_answer(chat.id))
     writer.append("some text")
     return writer.finish("done", stats)
+
+
+def test_a_multiplier_rests_on_three_runs_a_side_and_two_targets_never_pool(store):
+    """One plain run is noise (a walk-through saw a per-task 2.09x that was 0.99x fifteen minutes
+    later): under three answers a side there is no multiplier, and two targets are two rows."""
+    small = store.create_chat("s", ChatSettings(task="code", target="/m/small.gguf"))
+    big = store.create_chat("b", ChatSettings(task="code", target="/m/big.gguf"))
+    answer(store, small, tokens=11, decode_s=1.0, mode="baseline")
+    answer(store, small, tokens=21, decode_s=1.0, mode="draft", drafted=8, accepted=8)
+    for _ in range(2):  # the big target: 3 plain answers at 5 tok/s, 2 speculative at 10 tok/s
+        answer(store, big, tokens=11, decode_s=2.0, mode="baseline")
+        answer(store, big, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8)
+    answer(store, big, tokens=11, decode_s=2.0, mode="baseline")
+
+    rows = {(r.tag, r.target): r for r in task_table(store)}
+    assert set(rows) == {("code", "/m/big.gguf"), ("code", "/m/small.gguf")}  # never one pooled "code" row
+    one = rows["code", "/m/small.gguf"]
+    assert (one.plain_answers, one.speculative_answers, one.multiplier) == (1, 1, None)
+    assert one.plain_tok_s == pytest.approx(10.0)  # the speeds themselves are shown
+    two = rows["code", "/m/big.gguf"]
+    assert (two.plain_answers, two.speculative_answers, two.multiplier) == (3, 2, None)
+    answer(store, big, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8)
+    assert rows_by_tag(store, target="/m/big.gguf")["code"].multiplier == pytest.approx(2.0)

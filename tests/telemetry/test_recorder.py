@@ -8,6 +8,7 @@ import pytest
 from helpers.event_streams import R, answer_events, feed_all, timed
 from specchat.engine.events import Done, Fallback, Prefilled, RoundStats, TokensEmitted
 from specchat.engine.settings import ControllerSettings
+from specchat.metrics import MIN_PLAIN_RUNS
 from specchat.telemetry import GpuMemory, MemorySample, TelemetryRecorder
 
 
@@ -157,16 +158,19 @@ def test_multiplier_needs_a_plain_rate():
 def test_plain_rate_is_learned_from_baseline_answers():
     rec = TelemetryRecorder()
     plain = answer_events([R(0, 0, 0, 0.0, 0.030, 0.002)] * 20, mode="baseline")
-    t = feed_all(rec, 1, "c", plain)
-    assert rec.plain_rate == pytest.approx(plain[-1].stats.decode_tok_s)
+    t = 0.0
+    for request_id in range(1, MIN_PLAIN_RUNS + 1):  # one plain answer is noise: a rate needs MIN_PLAIN_RUNS
+        assert rec.plain_rate is None and rec.snapshot().plain_answers == request_id - 1
+        t = feed_all(rec, request_id, "c", plain, t0=t + 1)
+    assert rec.plain_rate == pytest.approx(plain[-1].stats.decode_tok_s)  # the same answers: the same rate
     assert rec.plain_rate_source == "baseline answers"
     spec = answer_events([R(4, 4, 3)] * 10)
-    feed_all(rec, 2, "c", spec, t0=t + 1)
+    feed_all(rec, MIN_PLAIN_RUNS + 1, "c", spec, t0=t + 1)
     snap = rec.snapshot()
     expected = spec[-1].stats.decode_tok_s / plain[-1].stats.decode_tok_s
     assert snap.answer.multiplier == pytest.approx(expected)
     assert snap.total.multiplier == pytest.approx(expected)  # the plain answer is not in the numerator
-    assert snap.total.answers == 2 and snap.total.tokens == 21 + 41
+    assert snap.total.answers == MIN_PLAIN_RUNS + 1 and snap.total.tokens == MIN_PLAIN_RUNS * 21 + 41
     rec.set_plain_rate(10.0)  # a rate measured on purpose wins
     assert rec.plain_rate == 10.0
     rec.reset_plain_rate()  # another pair

@@ -38,3 +38,19 @@ def test_the_task_table_has_a_column_per_phase(qtbot, tmp_path) -> None:  # noqa
         header = [dialog.table.horizontalHeaderItem(i).text() for i in range(dialog.table.columnCount())]
         cells = {h: dialog.table.item(0, i).text() for i, h in enumerate(header)}
         assert cells["In reasoning"] == "25% · 10.0 tok/s" and cells["In the answer"] == "75% · 20.0 tok/s"
+
+
+def test_the_task_table_says_what_a_multiplier_still_waits_for(qtbot, tmp_path) -> None:  # noqa: ANN001
+    with open_store(tmp_path / "db.sqlite3") as store:
+        chat = store.create_chat("c", ChatSettings(task="code", target="/m/qwen-7b.gguf", speculation="draft"))
+        for mode in ("baseline", "draft", "draft", "draft"):
+            writer = store.answer_writer(store.start_answer(chat.id))
+            writer.append("x")
+            writer.finish("done", MessageStats(Counts.of_answer(21, 1.0), mode=mode))
+        dialog = TaskTableDialog(store)
+        qtbot.addWidget(dialog)
+        header = [dialog.table.horizontalHeaderItem(i).text() for i in range(dialog.table.columnCount())]
+        cells = {h: dialog.table.item(0, i).text() for i, h in enumerate(header)}
+        assert cells["Model"] == "qwen-7b.gguf" and cells["Answers plain · spec."] == "1 · 3"
+        assert cells["Multiplier"] == "– (needs 2 more plain)"
+        assert cells["Plain tok/s"] == "20.0"

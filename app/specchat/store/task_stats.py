@@ -5,7 +5,8 @@ are easy to guess, creative writing is not.  Each finished answer ("done" or "st
 leaves one row in ``task_runs`` holding its :class:`~specchat.metrics.Counts`, one column
 per count and never a ratio, so that totals are exact: the counts of a tag are summed
 in SQL, and the sums' own figures (token and sequence acceptance, decode tok/s) are the
-table's.  The multiplier is speculative vs plain decode tok/s of the same tag.
+table's.  The multiplier is speculative vs plain decode tok/s of the same tag and target model,
+shown only once each side rests on :data:`~specchat.metrics.MIN_PLAIN_RUNS` answers.
 
 Plain means mode "baseline" (schema 1 also wrote "off"; the migration renamed it);
 every other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats:
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from specchat import metrics
-from specchat.metrics import ANSWER, COUNT_FIELDS, REASONING, Counts, PhaseSplit
+from specchat.metrics import ANSWER, COUNT_FIELDS, MIN_PLAIN_RUNS, REASONING, Counts, PhaseSplit
 
 from .db import transaction
 from .records import PLAIN_MODE, TASK_TAGS, normalize_mode
@@ -38,9 +39,6 @@ class _Database(Protocol):
 __all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "plain_reference",
            "record_run", "reset_task_stats", "task_table"]
 
-# A multiplier over plain decoding rests on at least this many plain runs: one run is noise (a
-# walk-through saw 1.97x from one, and a per-task 2.09x that was 0.99x fifteen minutes later).
-MIN_PLAIN_RUNS = 3
 PLAIN_RUNS = 10  # the plain runs nearest in time that a reference pools (machine load drifts)
 
 
@@ -54,6 +52,7 @@ class TaskRow:
     plain: Counts  # the plain answers' counts, summed
     speculative: Counts  # the speculative answers' counts, summed
     phases: PhaseSplit = PhaseSplit()  # the speculative answers' rounds in and after a reasoning block
+    target: str | None = None  # the target model file (speeds of two targets never pool)
 
     @property
     def answers(self) -> int:
@@ -88,8 +87,14 @@ class TaskRow:
         return self.speculative.decode_tok_s
 
     @property
-    def multiplier(self) -> float | None:  # None if either speed is missing
-        return metrics.multiplier(self.speculative_tok_s, self.plain_tok_s)
+    def enough(self) -> bool:
+        """Both sides rest on :data:`MIN_PLAIN_RUNS` answers or more: the multiplier is a figure, not noise."""
+        return min(self.plain_answers, self.speculative_answers) >= MIN_PLAIN_RUNS
+
+    @property
+    def multiplier(self) -> float | None:
+        """Speculative over plain decode tok/s; None while either side has under :data:`MIN_PLAIN_RUNS` answers."""
+        return metrics.multiplier(self.speculative_tok_s, self.plain_tok_s) if self.enough else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,46 +178,50 @@ def record_run(
 
 
 def task_table(store: _Database, *, target: Path | str | None = None) -> list[TaskRow]:
-    """One row per task tag: built-in tags first (in their usual order), then the user's.
+    """One row per task tag and target model: built-in tags first (in their usual order), then the
+    user's; within a tag, targets by name.
 
-    Speeds measured with different target models are not comparable, so the window
-    should pass the current ``target`` to get a multiplier for the model in use; without
-    it every answer is counted.
+    Speeds measured with different target models are not comparable, so they are never pooled;
+    ``target`` keeps the rows of one model.
     """
     sums = ", ".join(f"sum({f}) AS {f}" for f in COUNT_FIELDS)
-    sql = f"SELECT tag, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs"
+    sql = f"SELECT tag, target, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs"
     params: list[object] = [PLAIN_MODE]
     if target is not None:
         sql += " WHERE target = ?"
         params.append(str(target))
-    sql += " GROUP BY tag, plain"
-    by_tag: dict[str, dict[bool, tuple[int, Counts]]] = {}
+    sql += " GROUP BY tag, target, plain"
+    groups: dict[tuple[str, str | None], dict[bool, tuple[int, Counts]]] = {}
     for row in store.connection.execute(sql, params).fetchall():
         counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
-        by_tag.setdefault(row["tag"], {})[bool(row["plain"])] = (row["answers"], counts)
+        groups.setdefault((row["tag"], row["target"]), {})[bool(row["plain"])] = (row["answers"], counts)
 
-    def order(tag: str) -> tuple[int, str]:
-        return (TASK_TAGS.index(tag), "") if tag in TASK_TAGS else (len(TASK_TAGS), tag.casefold())
+    def order(key: tuple[str, str | None]) -> tuple[int, str, str]:
+        tag, model = key
+        rank = (TASK_TAGS.index(tag), "") if tag in TASK_TAGS else (len(TASK_TAGS), tag.casefold())
+        return (*rank, Path(model).name.casefold() if model else "")
 
     phases = _phases(store, params[1:])
     none = (0, Counts())
     table = []
-    for tag in sorted(by_tag, key=order):
-        (n_plain, plain), (n_spec, spec) = by_tag[tag].get(True, none), by_tag[tag].get(False, none)
-        table.append(TaskRow(tag=tag, plain_answers=n_plain, speculative_answers=n_spec, plain=plain,
-                             speculative=spec, phases=phases.get(tag, PhaseSplit())))
+    for key in sorted(groups, key=order):
+        (n_plain, plain), (n_spec, spec) = groups[key].get(True, none), groups[key].get(False, none)
+        table.append(TaskRow(tag=key[0], plain_answers=n_plain, speculative_answers=n_spec, plain=plain,
+                             speculative=spec, phases=phases.get(key, PhaseSplit()), target=key[1]))
     return table
 
 
-def _phases(store: _Database, target: list[object]) -> dict[str, PhaseSplit]:
-    """Per tag, the speculative answers' reasoning and answer phases, summed."""
+def _phases(store: _Database, target: list[object]) -> dict[tuple[str, str | None], PhaseSplit]:
+    """Per tag and target, the speculative answers' reasoning and answer phases, summed."""
     sums = ", ".join(f"sum(p.{f}) AS {f}" for f in COUNT_FIELDS)
-    sql = (f"SELECT r.tag AS tag, p.phase AS phase, {sums} FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
-           " WHERE r.mode != ?" + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, p.phase")
-    out: dict[str, PhaseSplit] = {}
+    sql = (f"SELECT r.tag AS tag, r.target AS target, p.phase AS phase, {sums}"
+           " FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
+           " WHERE r.mode != ?" + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, r.target, p.phase")
+    out: dict[tuple[str, str | None], PhaseSplit] = {}
     for row in store.connection.execute(sql, [PLAIN_MODE, *target]).fetchall():
         counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
-        out[row["tag"]] = out.get(row["tag"], PhaseSplit()).add(row["phase"], counts)
+        key = (row["tag"], row["target"])
+        out[key] = out.get(key, PhaseSplit()).add(row["phase"], counts)
     return out
 
 

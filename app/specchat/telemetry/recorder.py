@@ -41,7 +41,7 @@ from specchat.engine.events import (
     TokensEmitted,
 )
 from specchat.engine.settings import ControllerSettings
-from specchat.metrics import Counts, PhaseSplit
+from specchat.metrics import MIN_PLAIN_RUNS, Counts, PhaseSplit
 from specchat.store import PLAIN_MODE, normalize_mode
 
 from .records import (
@@ -156,6 +156,7 @@ class TelemetryRecorder:
         self._last_t = -math.inf
         self._plain_set: float | None = None
         self._plain = Counts()  # learned from plain answers
+        self._plain_answers = 0  # how many: a rate from fewer than MIN_PLAIN_RUNS is noise, not a reference
         self._version = 0
         self._cached: TelemetrySnapshot | None = None
 
@@ -174,6 +175,7 @@ class TelemetryRecorder:
         """Forget both the set and the learned rate: call it when another pair is loaded."""
         self._plain_set = None
         self._plain = Counts()
+        self._plain_answers = 0
         self._touch()
 
     def set_settings(self, settings: ControllerSettings) -> None:
@@ -192,13 +194,13 @@ class TelemetryRecorder:
     def plain_rate(self) -> float | None:
         if self._plain_set is not None:
             return self._plain_set
-        return self._plain.decode_tok_s
+        return self._plain.decode_tok_s if self._plain_answers >= MIN_PLAIN_RUNS else None
 
     @property
     def plain_rate_source(self) -> str | None:
         if self._plain_set is not None:
             return "set"
-        return "baseline answers" if self._plain.decode_s > 0 else None
+        return "baseline answers" if self.plain_rate is not None else None
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -340,7 +342,9 @@ class TelemetryRecorder:
         self._close(answer, t, done.stop_reason.value, done.stats)
         if not answer.speculative():  # its decode part teaches the plain rate
             c = done.stats.counts
-            self._plain += Counts(decoded=c.decoded, decode_s=c.decode_s)
+            if c.decoded >= 1 and c.decode_s > 0:  # what the store counts as a run (task_stats.record_run)
+                self._plain += Counts(decoded=c.decoded, decode_s=c.decode_s)
+                self._plain_answers += 1
 
     def _close(self, answer: _Answer, t: float, stop_reason: str, stats: GenerationStats | None) -> None:
         del self._open[answer.request_id]
@@ -422,7 +426,7 @@ class TelemetryRecorder:
             answer=self.answer_numbers(), answer_request_id=cur.request_id if cur else None,
             answer_streaming=cur is not None and cur.request_id in self._open, total=self.totals(),
             latest_memory=self._latest_memory, plain_rate=self.plain_rate,
-            plain_rate_source=self.plain_rate_source,
+            plain_rate_source=self.plain_rate_source, plain_answers=self._plain_answers,
             min_token_acceptance=s.min_token_acceptance, min_sequence_acceptance=s.min_sequence_acceptance,
             window_rounds=s.window_rounds, keep_seconds=self.keep_seconds,
         )

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.metrics import MIN_PLAIN_RUNS
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
@@ -334,7 +335,7 @@ class TelemetryPanel(QDockWidget):
             return "<i>No answer yet: numbers appear while the next answer streams.</i>"
         mult = _fmt(a.multiplier, ".2f") + "×" if a.multiplier is not None else "–"
         return (f"<b>{a.tokens}</b> tokens · <b>{_fmt(a.tok_s, '.1f')}</b> tok/s · "
-                f"<b>{mult}</b> vs plain{'' if snap.plain_rate else ' (plain rate not known yet)'} · "
+                f"<b>{mult}</b> vs plain{_plain_note(snap)} · "
                 f"acceptance <b>{_fmt(a.token_acceptance, '.0%')}</b> token / "
                 f"<b>{_fmt(a.sequence_acceptance, '.0%')}</b> sequence · mean K <b>{_fmt(a.mean_k, '.1f')}</b> · "
                 f"fallback <b>{_fmt(a.fallback_share, '.0%')}</b> of rounds" + _phases_html(a.phases))
@@ -442,6 +443,15 @@ class TelemetryPanel(QDockWidget):
     def live(self) -> bool:
         """Whether the panel refreshes itself (its timers run)."""
         return self._timer.isActive() and self._mem_timer.isActive()
+
+
+def _plain_note(snap) -> str:
+    """Why there is no multiplier yet: no plain rate, or too few plain answers to learn one from."""
+    if snap.plain_rate:
+        return ""
+    if snap.plain_answers:
+        return f" (plain rate after {MIN_PLAIN_RUNS} plain answers: {snap.plain_answers} so far)"
+    return " (plain rate not known yet)"
 
 
 def _phases_html(phases) -> str:
