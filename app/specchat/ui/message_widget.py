@@ -16,8 +16,8 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
@@ -127,6 +127,14 @@ class EditBox(QPlainTextEdit):
         self.document().documentLayout().documentSizeChanged.connect(lambda _size: self._fit())
         self._fit()
 
+    def event(self, event: QEvent) -> bool:
+        # Esc is the window's Stop shortcut while the chat generates: in the editor it cancels the edit
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent) \
+                and event.key() == Qt.Key.Key_Escape:
+            event.accept()
+            return True
+        return super().event(event)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
         key, mods = event.key(), event.modifiers()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and mods & Qt.KeyboardModifier.ControlModifier:
@@ -135,6 +143,10 @@ class EditBox(QPlainTextEdit):
             self.cancelRequested.emit()
         else:
             super().keyPressEvent(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()  # a new width wraps the text into more or fewer lines
 
     def _fit(self) -> None:
         lo, hi = EDIT_LINES
