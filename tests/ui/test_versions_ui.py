@@ -109,7 +109,7 @@ def test_a_long_message_edits_wrapped_to_the_pane(qtbot, fake_app):
     app = fake_app(FakeSpec(answer_tokens=10))
     app.add_chat()
     s = app.start(qtbot)
-    s.window.resize(1280, 720)
+    s.window.resize(1920, 1080)
     pane = s.window.pane
     long_text = " ".join(f"word{i}" for i in range(400))  # about 3,000 characters on one line
     send(qtbot, pane, long_text)
@@ -118,10 +118,14 @@ def test_a_long_message_edits_wrapped_to_the_pane(qtbot, fake_app):
     w = user_widgets(pane)[0]
     editor = w.editor
     assert editor is not None
+    qtbot.waitUntil(lambda: editor.document().size().height() > 5)
+    s.window.resize(1280, 720)  # narrower while editing: the text wraps again to the new width
     qtbot.waitUntil(lambda: editor.document().size().height() > 5)  # laid out: wrapped into lines
     assert editor.lineWrapMode() == editor.LineWrapMode.WidgetWidth
     assert not editor.horizontalScrollBar().isVisible() and editor.horizontalScrollBar().maximum() == 0
     assert editor.width() <= pane.conversation.viewport().width()
+    qtbot.waitUntil(lambda: editor.height() > 10 * editor.fontMetrics().lineSpacing())
+    assert editor.document().size().width() <= editor.viewport().width()  # no line runs past the edge
     one_line = editor.fontMetrics().lineSpacing()
     assert editor.height() > 10 * one_line  # it grew with its text...
     assert editor.height() < 16 * one_line  # ...up to a limit, then scrolls

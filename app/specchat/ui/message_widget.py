@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -124,7 +124,9 @@ class EditBox(QPlainTextEdit):
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setPlainText(text)
-        self.document().documentLayout().documentSizeChanged.connect(lambda _size: self._fit())
+        # after the layout pass that changed the size, not inside it (a new height mid-layout left lines
+        # wrapped at the old width)
+        self.document().documentLayout().documentSizeChanged.connect(lambda _size: QTimer.singleShot(0, self, self._fit))
         self._fit()
 
     def event(self, event: QEvent) -> bool:
@@ -146,7 +148,7 @@ class EditBox(QPlainTextEdit):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        self._fit()  # a new width wraps the text into more or fewer lines
+        QTimer.singleShot(0, self, self._fit)  # a new width wraps the text into more or fewer lines
 
     def _fit(self) -> None:
         lo, hi = EDIT_LINES
