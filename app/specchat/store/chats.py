@@ -28,6 +28,7 @@ from .records import (
     ChatSettings,
     Message,
     MessageStats,
+    MessageVersion,
     format_spans,
     is_draft_text,
     origin_chars,
@@ -118,7 +119,8 @@ class Store:
         """Chats, most recent activity first; with ``search``, only matching ones.
 
         A chat matches when every word of the query is in its title, or when one of its
-        messages holds every word (case-insensitive).  With FTS5 a word matches the start
+        shown messages (not those of a version paged away) holds every word
+        (case-insensitive).  With FTS5 a word matches the start
         of a word in a message ("sort" finds "sorting", not "quicksort"); without FTS5,
         or for a query word made only of punctuation, any substring matches.
         """
@@ -133,11 +135,11 @@ class Store:
         if self.uses_fts and all(_WORD_CHAR.search(t) for t in terms):
             message_match = (
                 f"SELECT m.chat_id FROM {FTS_TABLE} JOIN messages m ON m.id = {FTS_TABLE}.rowid "
-                f"WHERE {FTS_TABLE} MATCH ?"
+                f"WHERE {FTS_TABLE} MATCH ? AND m.version_id IS NULL"
             )
             params.append(" ".join('"' + t.replace('"', '""') + '"*' for t in terms))
         else:
-            message_match = "SELECT m.chat_id FROM messages m WHERE " + " AND ".join(
+            message_match = "SELECT m.chat_id FROM messages m WHERE m.version_id IS NULL AND " + " AND ".join(
                 ["instr(py_casefold(m.content), ?) > 0"] * len(folded)
             )
             params.extend(folded)
@@ -186,37 +188,117 @@ class Store:
         return _message(row)
 
     def messages(self, chat_id: int) -> list[Message]:
-        """A chat's messages in the order they were added."""
-        rows = self.connection.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
+        """A chat's shown messages (each in its shown version), in order: what the next turn sends."""
+        rows = self.connection.execute("SELECT * FROM messages WHERE chat_id = ? AND version_id IS NULL ORDER BY id",
+                                       (chat_id,))
         return [_message(row) for row in rows.fetchall()]
 
     def edit_message(self, message_id: int, content: str) -> Message:
-        """Edit-and-resend: replace a message's text and delete every message after it.
+        """Edit-and-resend: the message's old text and what followed it become a version (see
+        :meth:`new_version`), its text is ``content`` and nothing follows it; the caller then asks
+        for a new answer."""
+        return self.new_version(message_id, content)
 
-        The answers after an edited question no longer answer it; the caller then starts
-        a new answer.  One transaction, so a crash cannot leave half an edit.
+    # -- versions -------------------------------------------------------------------------
+    #
+    # Regenerate and edit replace a message's (text, tail) and page back to it; nothing is lost.
+    # The tail stays in ``messages`` with its ids, marked by ``version_id`` (NULL: shown), so
+    # ``messages()`` (what the window shows and the next turn sends) is the shown version of
+    # everything.  Task runs stay as they were: an archived answer keeps its one task_runs row
+    # under its own message id (never a copy), so it still counts once in the task table and
+    # in the plain reference of its pair (it was a real measurement of the machine), and it
+    # does not count twice when paged back to.
+
+    def new_version(self, message_id: int, content: str | None = None) -> Message:
+        """Keep the message's (text, tail) as a version; it becomes ``content`` (None: the same text,
+        i.e. regenerate) followed by nothing, as its newest version.  One transaction.
+
+        The same text with nothing after it has nothing to keep: the message is left as it is.
         """
         with transaction(self.connection) as conn:
-            row = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"no message {message_id}")
-            # the old spans described the old text: the edited one is shown untinted
-            conn.execute("UPDATE messages SET content = ?, content_spans = '' WHERE id = ?", (content, message_id))
-            conn.execute("DELETE FROM messages WHERE chat_id = ? AND id > ?", (row["chat_id"], message_id))
-            conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (self.now(), row["chat_id"]))
+            row = self._shown(conn, message_id)
+            text = row["content"] if content is None else content
+            if text != row["content"] or self._has_tail(conn, row):
+                top = conn.execute("SELECT max(number) FROM message_versions WHERE message_id = ?",
+                                   (message_id,)).fetchone()[0]
+                self._archive(conn, row)
+                spans = row["content_spans"] if text == row["content"] else ""  # old spans fit only the old text
+                conn.execute("UPDATE messages SET content = ?, content_spans = ?, version = ? WHERE id = ?",
+                             (text, spans, max(top or 0, row["version"]) + 1, message_id))
+                conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (self.now(), row["chat_id"]))
         return self.get_message(message_id)
 
-    def delete_messages_after(self, message_id: int, *, inclusive: bool = False) -> int:
-        """Regenerate: delete every later message of the chat (and this one if ``inclusive``).
+    def show_version(self, message_id: int, number: int) -> Message:
+        """Page to version ``number`` of a shown message: the shown (text, tail) is kept as a version in
+        its place and version ``number`` is shown instead, in one transaction (so the conversation the
+        next turn sends is always the one on screen).  KeyError if there is no such version."""
+        with transaction(self.connection) as conn:
+            row = self._shown(conn, message_id)
+            if number != row["version"]:
+                version = conn.execute("SELECT * FROM message_versions WHERE message_id = ? AND number = ?",
+                                       (message_id, number)).fetchone()
+                if version is None:
+                    raise KeyError(f"message {message_id} has no version {number}")
+                self._archive(conn, row)
+                conn.execute("UPDATE messages SET version_id = NULL WHERE version_id = ?", (version["id"],))
+                conn.execute("UPDATE messages SET content = ?, content_spans = ?, version = ? WHERE id = ?",
+                             (version["content"], version["content_spans"], number, message_id))
+                conn.execute("DELETE FROM message_versions WHERE id = ?", (version["id"],))
+        return self.get_message(message_id)
 
-        Returns how many were deleted.
+    def versions(self, message_id: int) -> list[MessageVersion]:
+        """The message's versions that are not shown, by number."""
+        rows = self.connection.execute("SELECT * FROM message_versions WHERE message_id = ? ORDER BY number",
+                                       (message_id,)).fetchall()
+        return [MessageVersion(id=r["id"], message_id=r["message_id"], number=r["number"], content=r["content"],
+                               created_at=r["created_at"]) for r in rows]
+
+    def version_counts(self, chat_id: int) -> dict[int, int]:
+        """How many versions each shown message of the chat has, for those with more than one."""
+        rows = self.connection.execute(
+            "SELECT v.message_id, count(*) + 1 FROM message_versions v JOIN messages m ON m.id = v.message_id"
+            " WHERE v.chat_id = ? AND m.version_id IS NULL GROUP BY v.message_id", (chat_id,)).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    @staticmethod
+    def _shown(conn: sqlite3.Connection, message_id: int) -> sqlite3.Row:
+        row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no message {message_id}")
+        if row["version_id"] is not None:
+            raise KeyError(f"message {message_id} is in a version that is not shown")
+        return row
+
+    @staticmethod
+    def _has_tail(conn: sqlite3.Connection, row: sqlite3.Row) -> bool:
+        return conn.execute("SELECT 1 FROM messages WHERE chat_id = ? AND version_id IS NULL AND id > ? LIMIT 1",
+                            (row["chat_id"], row["id"])).fetchone() is not None
+
+    def _archive(self, conn: sqlite3.Connection, row: sqlite3.Row) -> None:
+        """The shown message ``row``'s text and tail into a new version row, under its shown number.
+
+        The shown chat is in id order (a message is added after everything shown, and a tail comes
+        back behind the message it followed), so the tail is every shown message after it."""
+        cur = conn.execute(
+            "INSERT INTO message_versions (chat_id, message_id, number, content, content_spans, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (row["chat_id"], row["id"], row["version"], row["content"], row["content_spans"], self.now()))
+        conn.execute("UPDATE messages SET version_id = ? WHERE chat_id = ? AND version_id IS NULL AND id > ?",
+                     (_inserted_id(cur), row["chat_id"], row["id"]))
+
+    def delete_messages_after(self, message_id: int, *, inclusive: bool = False) -> int:
+        """Delete every later shown message of the chat (and this one if ``inclusive``), with
+        their versions.  The app's regenerate keeps the old answer instead (:meth:`new_version`).
+
+        Returns how many shown messages were deleted.
         """
         with transaction(self.connection) as conn:
             row = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise KeyError(f"no message {message_id}")
             op = ">=" if inclusive else ">"
-            cur = conn.execute(f"DELETE FROM messages WHERE chat_id = ? AND id {op} ?", (row["chat_id"], message_id))
+            cur = conn.execute(f"DELETE FROM messages WHERE chat_id = ? AND version_id IS NULL AND id {op} ?",
+                               (row["chat_id"], message_id))
         return cur.rowcount
 
     def recover_interrupted(self) -> list[int]:
@@ -425,6 +507,7 @@ def _message(row: Mapping[str, Any]) -> Message:
         stats=MessageStats.from_json(row["stats"]),
         origins=row["origins"],
         content_spans=row["content_spans"],
+        version=row["version"],
     )
 
 

@@ -236,6 +236,7 @@ class Message:
     stats: MessageStats | None = None  # assistant only, once finished with stats
     origins: str = ""  # one char per emitted token: 'd' accepted draft, 't' target
     content_spans: str = ""  # run-length spans over ``content``, see content_segments(); "" before schema 2
+    version: int = 1  # which of its versions is shown (Store.versions: the others); 1 if never replaced
 
     def content_segments(self) -> list[tuple[str, bool]]:
         """The visible text in runs of (text, from accepted draft tokens), for the tinted view.
@@ -255,6 +256,18 @@ class Message:
             out.append((self.content[at:at + n], draft))
             at += n
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class MessageVersion:
+    """A replaced version of a message: its text then; its tail (the messages that followed it) stays
+    in the store, out of the shown chat, until :meth:`~specchat.store.Store.show_version` brings it back."""
+
+    id: int
+    message_id: int
+    number: int  # its place among the message's versions, 1 = the first
+    content: str
+    created_at: float
 
 
 def origin_chars(origins: str | Iterable[object]) -> str:

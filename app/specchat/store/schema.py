@@ -185,4 +185,27 @@ _V3: list[Step] = [
     + "    PRIMARY KEY (run_id, phase)\n)",
 ]
 
-MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3}
+# Version 4 ("versions"): regenerate and edit keep what they replace.  A version belongs to a
+# message (a user message, in the app) and holds that message's text and the messages that
+# followed it (its tail) when it was replaced; the tail stays in ``messages``, with its ids (so
+# task runs keep pointing at their answers), marked by ``version_id``.  ``version_id IS NULL``:
+# the message is in the chat as shown, the conversation the next turn sends.  ``messages.version``
+# is the shown version's number among its message's versions (1 for a message never replaced).
+_V4: list[Step] = [
+    """CREATE TABLE message_versions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id INTEGER NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
+        message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        number INTEGER NOT NULL,             -- its place in the pager, 1 = the first text
+        content TEXT NOT NULL,               -- the message's text in this version
+        content_spans TEXT NOT NULL DEFAULT '',  -- its draft tint (an edited answer's), as messages'
+        created_at REAL NOT NULL,
+        UNIQUE (message_id, number)
+    )""",
+    "ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 1",
+    # NULL: shown; else the archived version whose tail holds it (deleting the version deletes it)
+    "ALTER TABLE messages ADD COLUMN version_id INTEGER REFERENCES message_versions (id) ON DELETE CASCADE",
+    "CREATE INDEX messages_by_version ON messages (version_id) WHERE version_id IS NOT NULL",
+]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}

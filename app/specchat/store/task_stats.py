@@ -11,6 +11,10 @@ shown only once each side rests on :data:`~specchat.metrics.MIN_PLAIN_RUNS` answ
 Plain means mode "baseline" (schema 1 also wrote "off"; the migration renamed it);
 every other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats:
 they describe the machine and the models, not the conversation.
+
+Versions (regenerate, edit: chats.py) neither copy nor drop rows: an answer paged away keeps
+its message id and its one row, so it counts once, shown or not, in the table and in its pair's
+plain reference (it measured the machine as truly as the answer that replaced it).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -118,6 +117,7 @@ class ChatPane(QWidget):
             self.update_buttons()
             return
         live = self.answers.answer(chat_id)
+        versions = self.store.version_counts(chat_id)
         for m in self.store.messages(chat_id):
             if live is not None and m.id == live.message_id:
                 continue  # the live answer is painted from memory: the store lags by up to half a second
@@ -127,6 +127,8 @@ class ChatPane(QWidget):
                 w.segments = _segments(m)
                 if w.segments:
                     w.refresh()
+            elif m.role == "user":
+                self._wire_user(w, m, versions.get(m.id, 1))
         if live is not None:
             self._paint_live(live)
         self.show_settings(self.settings())
@@ -182,7 +184,7 @@ class ChatPane(QWidget):
             self.store.rename_chat(self.chat_id, text.splitlines()[0][:60])
             self.titleChanged.emit()
         m = self.store.add_message(self.chat_id, "user", text)
-        self.conversation.add("user", m.content)
+        self._wire_user(self.conversation.add("user", m.content), m, 1)
         self._ask(self.chat_id)
 
     def _ask(self, chat_id: int) -> None:
@@ -196,26 +198,54 @@ class ChatPane(QWidget):
         if self.chat_id is not None:
             self.answers.stop(self.chat_id)
 
+    # -- versions: regenerate, edit in place, the pager --------------------------------------
+
     def regenerate(self) -> None:
+        """The last answer again; the one it replaces stays as a version of its question."""
         last_user = self._last_user()
         if last_user is None:
             return
-        self.store.delete_messages_after(last_user.id)
+        self.store.new_version(last_user.id)
         self.show_chat(last_user.chat_id)  # the shown chat's
         self._ask(last_user.chat_id)
 
     def edit_last(self, text: str | None = None) -> None:
-        """Edit the last user message (asking for the new text unless given) and answer it again."""
+        """Edit the last user message in place (or, given ``text``, save it at once) and answer it again."""
         last_user = self._last_user()
         if last_user is None:
             return
-        ok = text is not None
-        if text is None:
-            text, ok = QInputDialog.getMultiLineText(self, "Edit and resend", "Message:", last_user.content)
-        if ok and text.strip():
-            self.store.edit_message(last_user.id, text.strip())
-            self.show_chat(last_user.chat_id)  # the shown chat's
-            self._ask(last_user.chat_id)
+        if text is not None:
+            self.save_edit(last_user.id, text)
+            return
+        w = next((w for w in self.conversation.messages if w.message_id == last_user.id), None)
+        if w is not None:
+            w.start_edit()
+            self.conversation.show_message(w)
+
+    def save_edit(self, message_id: int, text: str) -> None:
+        """Save & resend: the old text and what followed it become a version; the new text is answered."""
+        if self.chat_id is None or self.generating or not text.strip():
+            return
+        self.store.edit_message(message_id, text.strip())
+        self.show_chat(self.chat_id)
+        self._ask(self.chat_id)
+
+    def show_version(self, message_id: int, number: int) -> None:
+        """The pager: show version ``number`` of a user message (and the conversation that followed it)."""
+        if self.chat_id is None or self.generating:
+            return
+        self.store.show_version(message_id, number)
+        self.show_chat(self.chat_id)
+        w = next((w for w in self.conversation.messages if w.message_id == message_id), None)
+        if w is not None:
+            self.conversation.show_message(w)
+
+    def _wire_user(self, w: MessageWidget, m: Message, versions: int) -> None:
+        w.message_id = m.id
+        w.set_version(m.version, versions)
+        w.set_actions_enabled(not self.generating)
+        w.editSaved.connect(lambda text, mid=m.id: self.save_edit(mid, text))
+        w.versionRequested.connect(lambda number, mid=m.id: self.show_version(mid, number))
 
     def _last_user(self) -> Message | None:
         if self.chat_id is None or self.generating:
@@ -228,6 +258,9 @@ class ChatPane(QWidget):
         idle = live is None and self.chat_id is not None
         self.regen_button.setEnabled(idle)
         self.edit_button.setEnabled(idle)
+        for w in self.conversation.messages:
+            if w.role == "user":
+                w.set_actions_enabled(idle)
 
     # -- the live answer -------------------------------------------------------------------
 

@@ -92,6 +92,11 @@ class ConversationView(QScrollArea):
             w.tint = on
             w.refresh()
 
+    def show_message(self, w: MessageWidget) -> None:
+        """Scroll to ``w`` (once laid out) instead of following the end (the pager's message stays put)."""
+        self._stick = False
+        QTimer.singleShot(0, lambda: self.ensureWidgetVisible(w) if w in self.messages else None)
+
     def _follow(self, _lo: int, hi: int) -> None:
         bar = self.verticalScrollBar()
         if self._stick:

@@ -4,6 +4,11 @@ The answer is a column of labels, one per finished markdown block (rendered once
 :mod:`.markdown`) and one for the growing tail, so an update costs what the block being
 written costs, whatever the answer's length.  Text can be selected within a block;
 "Copy" under the answer copies all of it.
+
+A user message has "Edit" (the bubble turns into a wrapping editor in place: Save & resend,
+Cancel; Ctrl+Enter saves, Esc cancels) and, once it has versions (regenerate, edit), a pager
+"‹ 2/3 ›".  The widget only says what was asked (``editSaved``, ``versionRequested``); the
+chat pane does it.
 """
 
 from __future__ import annotations
@@ -11,14 +16,15 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
 from .theme import Theme, current
 
 BLOCK_SPACING = 6  # px between blocks: a paragraph's gap inside one label looks the same
+EDIT_LINES = (3, 14)  # the in-place editor grows with its text between these many lines, then scrolls
 
 
 def _label() -> QLabel:
@@ -106,11 +112,58 @@ class BlockColumn(QWidget):
         self.linkActivated.emit(href)
 
 
+class EditBox(QPlainTextEdit):
+    """The in-place editor: wraps at its width (never a horizontal scroll bar), grows with its
+    text up to :data:`EDIT_LINES`; Ctrl+Enter saves, Esc cancels."""
+
+    saveRequested = Signal()
+    cancelRequested = Signal()
+
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setPlainText(text)
+        # after the layout pass that changed the size, not inside it (a new height mid-layout left lines
+        # wrapped at the old width)
+        self.document().documentLayout().documentSizeChanged.connect(lambda _size: QTimer.singleShot(0, self, self._fit))
+        self._fit()
+
+    def event(self, event: QEvent) -> bool:
+        # Esc is the window's Stop shortcut while the chat generates: in the editor it cancels the edit
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent) \
+                and event.key() == Qt.Key.Key_Escape:
+            event.accept()
+            return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        key, mods = event.key(), event.modifiers()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and mods & Qt.KeyboardModifier.ControlModifier:
+            self.saveRequested.emit()
+        elif key == Qt.Key.Key_Escape:
+            self.cancelRequested.emit()
+        else:
+            super().keyPressEvent(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self, self._fit)  # a new width wraps the text into more or fewer lines
+
+    def _fit(self) -> None:
+        lo, hi = EDIT_LINES
+        lines = min(max(int(self.document().size().height()), lo), hi)  # a plain-text document's height is in lines
+        frame = 2 * self.frameWidth() + int(2 * self.document().documentMargin())
+        self.setFixedHeight(lines * self.fontMetrics().lineSpacing() + frame + 2)
+
+
 class MessageWidget(QFrame):
     """Shows one message; the streaming one is updated in place (only its tail re-renders)."""
 
     copyRequested = Signal(str)
     tintToggled = Signal(bool)  # the footer's draft-tint switch was clicked: the new state
+    editSaved = Signal(str)  # a user message's in-place edit: Save & resend, with the new text
+    versionRequested = Signal(int)  # the pager: show this version of the message
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", footer: str = "",
                  parent=None, theme: Theme | None = None) -> None:
@@ -123,9 +176,15 @@ class MessageWidget(QFrame):
         self.reasoning_open = False  # collapsed by default
         self.segments: list[tuple[str, bool]] = []  # (text, from an accepted draft) for the tinted view
         self.tint = False
+        self.message_id: int | None = None  # the stored message shown (the pane sets it)
+        self.version = (1, 1)  # (shown version, how many): a pager when more than one
+        self.actions_enabled = True  # Edit and the pager: off while the chat generates
+        self.editor: EditBox | None = None  # the in-place editor, while editing
+        self._edit_row: QWidget | None = None
+        self.save_button: QPushButton | None = None
         self.theme = theme or current()
         self.setObjectName(f"message-{role}")
-        layout = QVBoxLayout(self)
+        layout = self._column = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         self.reasoning_toggle = _label()
         self.reasoning_toggle.linkActivated.connect(self._on_link)
@@ -166,16 +225,83 @@ class MessageWidget(QFrame):
         else:
             self.markdown_view.apply(self._markdown.update(self.content, final=not self.streaming),
                                      self._placeholder())
-        self.tint_view.setVisible(tinted)
-        self.markdown_view.setVisible(not tinted)
+        self.tint_view.setVisible(tinted and self.editor is None)  # the editor takes the body's place
+        self.markdown_view.setVisible(not tinted and self.editor is None)
         self._refresh_reasoning()
         parts = [html.escape(self.footer)] if self.footer else []
         if self.content:
             parts.append(self._link("copyall", "Copy"))
         if any(marked for _, marked in self.segments):
             parts.append(self._link("tint", "Hide draft tint" if self.tint else "Tint draft tokens"))
+        if self.role == "user" and self.editor is None:
+            parts.append(self._action("edit", "Edit", self.actions_enabled))
+            number, total = self.version
+            if total > 1:
+                parts.append(self._action(f"version:{number - 1}", "‹", self.actions_enabled and number > 1)
+                             + f" {number}/{total} "
+                             + self._action(f"version:{number + 1}", "›", self.actions_enabled and number < total))
         self.footer_label.setText(" · ".join(parts) if self.role != "system" else "")
         self.footer_label.setVisible(self.role != "system")
+
+    def _action(self, href: str, text: str, enabled: bool) -> str:
+        return self._link(href, text) if enabled else f"<span style='color:{self.theme.muted}'>{text}</span>"
+
+    # -- editing in place (user messages) -------------------------------------------------
+
+    def set_version(self, number: int, total: int) -> None:
+        self.version = (number, total)
+        self.refresh()
+
+    def set_actions_enabled(self, enabled: bool) -> None:
+        """Edit, the pager and Save & resend; Cancel stays (it changes nothing stored)."""
+        if enabled != self.actions_enabled:
+            self.actions_enabled = enabled
+            if self.save_button is not None:
+                self.save_button.setEnabled(enabled)
+            self.refresh()
+
+    def start_edit(self) -> None:
+        """The bubble becomes an editor of its text, in place."""
+        if self.editor is not None or self.role != "user":
+            return
+        self.editor = EditBox(self.content)
+        self.editor.saveRequested.connect(self._save_edit)
+        self.editor.cancelRequested.connect(self.cancel_edit)
+        row = QWidget()
+        buttons = QHBoxLayout(row)
+        buttons.setContentsMargins(0, 0, 0, 0)
+        buttons.addStretch(1)
+        cancel = QPushButton("Cancel")
+        cancel.setToolTip("Esc")
+        cancel.clicked.connect(self.cancel_edit)
+        self.save_button = QPushButton("Save && resend")
+        self.save_button.setToolTip("Ctrl+Enter")
+        self.save_button.setEnabled(self.actions_enabled)
+        self.save_button.clicked.connect(self._save_edit)
+        buttons.addWidget(cancel)
+        buttons.addWidget(self.save_button)
+        self._edit_row = row
+        at = self._column.indexOf(self.markdown_view)
+        self._column.insertWidget(at, self.editor)
+        self._column.insertWidget(at + 1, row)
+        self.refresh()
+        self.editor.setFocus()
+        self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+
+    def cancel_edit(self) -> None:
+        """Back to the message as it was."""
+        if self.editor is None:
+            return
+        for w in (self.editor, self._edit_row):
+            if w is not None:
+                w.setParent(None)
+                w.deleteLater()
+        self.editor = self._edit_row = self.save_button = None
+        self.refresh()
+
+    def _save_edit(self) -> None:
+        if self.editor is not None and self.actions_enabled and self.editor.toPlainText().strip():
+            self.editSaved.emit(self.editor.toPlainText().strip())
 
     def _link(self, href: str, text: str) -> str:
         """A link in the theme's colour: a label lays its text out once, with the palette of then, so
@@ -241,6 +367,12 @@ class MessageWidget(QFrame):
             self._copy(self.content)
         elif href == "tint":
             self.tintToggled.emit(not self.tint)
+        elif href == "edit" and self.actions_enabled:
+            self.start_edit()
+        elif href.startswith("version:") and self.actions_enabled:
+            number = href[len("version:"):]
+            if number.isdigit() and 1 <= int(number) <= self.version[1]:
+                self.versionRequested.emit(int(number))
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
