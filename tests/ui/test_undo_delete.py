@@ -53,7 +53,9 @@ def test_delete_from_the_chat_list_then_undo_brings_the_chat_back_whole_and_open
     bar = w.undo_bar
     assert bar.isVisible() and bar.label.text() == "Deleted “herons”"
     assert bar.undo_button.isVisible() and bar.undo_button.text() == "Undo"
-    assert w.rect().contains(bar.geometry())  # inside the window, over its chat column
+    composer = w.pane.composer
+    typing_area = composer.rect().translated(composer.mapTo(w, composer.rect().topLeft()))
+    assert w.rect().contains(bar.geometry()) and not bar.geometry().intersects(typing_area)  # above the composer
     assert w.actions_by_slot["undo_delete"].isEnabled()
 
     qtbot.mouseClick(bar.undo_button, Qt.MouseButton.LeftButton)

@@ -110,7 +110,7 @@ class MainWindow(QMainWindow):
         # a message's footer switch ticks the View menu's entry, which calls set_tint
         self.pane.conversation.tintRequested.connect(self.actions_by_slot["set_tint"].setChecked)
         self.answers.queueChanged.connect(self._update_chat_actions)
-        self.undo_bar = UndoBar(self, anchor=split)  # "Deleted “…” [Undo]" after a delete
+        self.undo_bar = UndoBar(self, anchor=self.pane.conversation)  # "Deleted “…” [Undo]" after a delete
         self.undo_bar.undoRequested.connect(self.restore_chat)
         self.undo_bar.activeChanged.connect(self.actions_by_slot["undo_delete"].setEnabled)
         self.actions_by_slot["undo_delete"].setEnabled(False)  # disabled, Ctrl+Z is the text fields'

@@ -1,4 +1,4 @@
-"""Undo a deleted chat: "Deleted “title”  [Undo]  ✕" at the bottom left of the window for a while.
+"""Undo a deleted chat: "Deleted “title”  [Undo]  ✕" over the bottom of the conversation for a while.
 
 Delete moves a chat to the store's trash (:meth:`Store.trash_chat`); this bar offers it back, as a
 mail client does.  Deleting more while it shows stacks them: Undo (its button, or Ctrl+Z) restores
@@ -8,8 +8,9 @@ starts again (the session purges it then).
 
 Ctrl+Z is the window's (Chat → Undo delete) while the bar shows, even from the composer or the
 search field, unless that field has typing of its own to undo: then Ctrl+Z undoes the typing, as
-everywhere.  The bar floats over the window (no layout of the window changes for it) and follows
-the widget it is anchored to.
+everywhere.  The bar floats over the window (no layout of the window changes for it), centred at
+the bottom of the widget it is anchored to (the conversation, just above the composer: the chat
+list may be hidden), and follows it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from PySide6.QtWidgets import (
 from .theme import Theme, controller, current
 
 UNDO_MS = 10_000  # how long a deleted chat is offered back
-MARGIN = 12  # from the anchor's bottom left corner
-TITLE_PX = 320  # a longer title is elided in the middle (the tooltip has it whole)
+MARGIN = 12  # from the anchor's bottom edge, and its sides at the least
+TITLE_PX = 320  # a longer title is elided in the middle (the tooltip has it whole), less in a narrow window
 
 
 class UndoBar(QFrame):
@@ -54,7 +55,9 @@ class UndoBar(QFrame):
         self.undo_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.undo_button.setToolTip(f"Restore the chat ({QKeySequence(QKeySequence.StandardKey.Undo).toString()})")
         self.undo_button.clicked.connect(self.undo)
-        self.close_button = QToolButton(text="✕", toolTip="Dismiss (the chat stays deleted)")
+        self.close_button = QToolButton()
+        self.close_button.setText("✕")
+        self.close_button.setToolTip("Dismiss (the chat stays deleted)")
         self.close_button.setAutoRaise(True)
         self.close_button.clicked.connect(self.dismiss)
         row = QHBoxLayout(self)
@@ -102,24 +105,24 @@ class UndoBar(QFrame):
     # -- showing -----------------------------------------------------------------------------
 
     def _show_last(self) -> None:
-        _chat_id, title = self._pending[-1]
-        shown = self.label.fontMetrics().elidedText(title, Qt.TextElideMode.ElideMiddle, TITLE_PX)
-        self.label.setText(f"Deleted “{shown}”")
-        self.label.setToolTip(title if shown != title else "")
         self._timer.start()
         self.show()
         self._place()
         self.raise_()
 
     def _place(self) -> None:
-        """At the anchor's bottom left corner, as wide as its text (never wider than the anchor)."""
-        area = self.anchor.geometry()
-        if self.anchor.parentWidget() is not self.parentWidget():
-            area.moveTopLeft(self.anchor.mapTo(self.window(), self.anchor.rect().topLeft()))
-        self.adjustSize()
-        width = min(self.sizeHint().width(), max(area.width() - 2 * MARGIN, 0))
-        height = self.sizeHint().height()
-        self.setGeometry(area.left() + MARGIN, area.bottom() - MARGIN - height, width, height)
+        """Centred at the anchor's bottom, the title elided so that the bar fits in the anchor."""
+        area = self.anchor.rect().translated(self.anchor.mapTo(self.window(), self.anchor.rect().topLeft()))
+        room = area.width() - 2 * MARGIN
+        title = self._pending[-1][1] if self._pending else ""
+        self.label.setText("Deleted “”")
+        fixed = self.sizeHint().width()  # the bar without the title
+        shown = self.label.fontMetrics().elidedText(title, Qt.TextElideMode.ElideMiddle,
+                                                    max(min(TITLE_PX, room - fixed), 0))
+        self.label.setText(f"Deleted “{shown}”")
+        self.label.setToolTip(title if shown != title else "")
+        width, height = min(self.sizeHint().width(), max(room, 0)), self.sizeHint().height()
+        self.setGeometry(area.center().x() - width // 2, area.bottom() - MARGIN - height, width, height)
 
     def _restyle(self, theme: Theme) -> None:
         # the colours of the text on its surface, swapped: it stands out on either theme, same contrast
