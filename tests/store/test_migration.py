@@ -130,18 +130,19 @@ def rows(conn: sqlite3.Connection, table: str) -> list[tuple]:
     return [tuple(r) for r in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid")]
 
 
-def test_a_v3_file_gets_the_trash_keeping_every_row_and_no_chat_trashed(v1_path):
+def test_a_file_from_before_the_trash_gets_it_keeping_every_row_and_no_chat_trashed(v1_path):
     """Version 4 adds the trash (a deleted chat can be undone): an older file keeps everything in use."""
+    before_trash = next(v for v, steps in MIGRATIONS.items() if "trashed_at" in " ".join(map(str, steps))) - 1
     conn = sqlite3.connect(v1_path, isolation_level=None)
     try:
-        assert migrate(conn, {v: MIGRATIONS[v] for v in (1, 2, 3)}) == 3
+        assert migrate(conn, {v: MIGRATIONS[v] for v in range(1, before_trash + 1)}) == before_trash
         tables = ("chats", "messages", "task_runs", "task_phase_runs", "app_settings")
         before = {t: rows(conn, t) for t in tables}
     finally:
         conn.close()
     assert len(before["chats"]) == 3 and len(before["messages"]) > 5 and before["task_runs"]
     with open_store(v1_path) as s:
-        assert schema_version(s.connection) == 4
+        assert schema_version(s.connection) == SCHEMA_VERSION
         assert {t: rows(s.connection, t) for t in tables} == before
         assert len(s.list_chats()) == 3 and s.trashed_chats() == []
         assert all(c.trashed_at is None for c in s.list_chats())
