@@ -11,7 +11,7 @@ INNER = (
     "tests/services/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
     "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
     "tests/ui/test_reasoning_split_ui.py", "tests/ui/test_chat_settings_structured.py",
-    "tests/ui/test_theme_contrast.py",
+    "tests/ui/test_theme_contrast.py", "tests/ui/test_undo_delete.py",
 )
 # in those places, what runs a child process or a whole command, or waits on a retry clock
 INNER_EXCEPT = (

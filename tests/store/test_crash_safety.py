@@ -195,3 +195,50 @@ def test_a_killed_process_loses_at_most_the_last_second_of_tokens(tmp_path):
     if n <= last:
         lost_seconds = appended[last] - appended[n]  # from the first lost token to the last appended
         assert lost_seconds <= 1.0, f"lost {last + 1 - n} tokens spanning {lost_seconds:.2f} s"
+
+
+# The child deletes (trashes) a chat while an answer streams into it, says so, and waits to be killed.
+TRASH_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from specchat.store import open_store
+
+    store = open_store(Path(sys.argv[1]))
+    kept = store.create_chat("kept")
+    store.add_message(kept.id, "user", "stay")
+    doomed = store.create_chat("doomed")
+    store.add_message(doomed.id, "user", "go away")
+    writer = store.answer_writer(store.start_answer(doomed.id), flush_interval=0)
+    writer.append("half an answer", origins="tt")
+    store.trash_chat(doomed.id)
+    print("trashed", kept.id, doomed.id, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_kill_between_delete_and_purge_keeps_the_deleted_chat_whole_until_the_next_start(tmp_path):
+    db_path = tmp_path / "db.sqlite3"
+    child = subprocess.Popen([sys.executable, "-c", TRASH_CHILD, str(db_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline().split()
+        assert line and line[0] == "trashed", child.stderr.read()
+        kept, doomed = int(line[1]), int(line[2])
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+    with open_store(db_path) as store:  # a tool, or the app before its session starts: nothing purged
+        assert [c.id for c in store.list_chats()] == [kept]
+        assert [c.id for c in store.trashed_chats()] == [doomed]
+        assert [(m.content, m.state) for m in store.messages(doomed)] == [("go away", None),
+                                                                        ("half an answer", "stopped")]
+    with open_store(db_path) as store:  # the app's start (AppSession) purges what was deleted
+        assert store.purge_trash() == 1
+        assert [c.id for c in store.list_chats()] == [kept] and store.trashed_chats() == []
+        assert [m.content for m in store.messages(kept)] == ["stay"] and store.messages(doomed) == []

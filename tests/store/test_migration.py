@@ -41,7 +41,7 @@ def test_the_fixture_is_a_schema_1_file():
 
 def test_a_v1_answer_keeps_its_counts_and_figures(v1_path):
     with open_store(v1_path) as s:
-        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 5
         prime = by_title(s)["Prime numbers"]
         system, question, answer, question2, stopped = s.messages(prime.id)
         assert (system.role, question.role, answer.role) == ("system", "user", "assistant")
@@ -123,6 +123,30 @@ def test_search_still_works_on_a_migrated_file(v1_path, fts):
         chat = by_title(s)["A poem"]
         s.add_message(chat.id, "user", "Something about winter frost")
         assert [c.title for c in s.list_chats("frost")] == ["A poem"]
+
+
+def rows(conn: sqlite3.Connection, table: str) -> list[tuple]:
+    columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[1] != "trashed_at"]
+    return [tuple(r) for r in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid")]
+
+
+def test_a_file_from_before_the_trash_gets_it_keeping_every_row_and_no_chat_trashed(v1_path):
+    """Version 4 adds the trash (a deleted chat can be undone): an older file keeps everything in use."""
+    before_trash = next(v for v, steps in MIGRATIONS.items() if "trashed_at" in " ".join(map(str, steps))) - 1
+    conn = sqlite3.connect(v1_path, isolation_level=None)
+    try:
+        assert migrate(conn, {v: MIGRATIONS[v] for v in range(1, before_trash + 1)}) == before_trash
+        tables = ("chats", "messages", "task_runs", "task_phase_runs", "app_settings")
+        before = {t: rows(conn, t) for t in tables}
+    finally:
+        conn.close()
+    assert len(before["chats"]) == 3 and len(before["messages"]) > 5 and before["task_runs"]
+    with open_store(v1_path) as s:
+        assert schema_version(s.connection) == SCHEMA_VERSION
+        assert {t: rows(s.connection, t) for t in tables} == before
+        assert len(s.list_chats()) == 3 and s.trashed_chats() == []
+        assert all(c.trashed_at is None for c in s.list_chats())
+        assert [c.title for c in s.list_chats("miller")] == ["Prime numbers"]
 
 
 def test_a_migrated_file_opens_again_unchanged(v1_path):

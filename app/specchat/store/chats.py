@@ -115,8 +115,47 @@ class Store:
             cur = conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
         return cur.rowcount > 0
 
+    # -- the trash: what the window's Delete does, so that it can be undone ---------------------
+
+    def trash_chat(self, chat_id: int) -> Chat:
+        """Move a chat to the trash: gone from :meth:`list_chats` and search, kept with its messages
+        and settings until :meth:`purge_trash`; :meth:`restore_chat` brings it back as it was.
+
+        One committed write: a kill -9 after it leaves the chat in the trash, whole.  Trashing a
+        trashed chat keeps the first time.
+        """
+        with transaction(self.connection) as conn:
+            cur = conn.execute("UPDATE chats SET trashed_at = coalesce(trashed_at, ?) WHERE id = ?",
+                               (self.now(), chat_id))
+        if cur.rowcount == 0:
+            raise KeyError(f"no chat {chat_id}")
+        return self.get_chat(chat_id)
+
+    def restore_chat(self, chat_id: int) -> Chat:
+        """Take a chat out of the trash; it keeps its last activity, so it returns to its place."""
+        self._update_chat(chat_id, "trashed_at", None)
+        return self.get_chat(chat_id)
+
+    def trashed_chats(self) -> list[Chat]:
+        """The chats in the trash, the most recently trashed first."""
+        rows = self.connection.execute(
+            "SELECT * FROM chats WHERE trashed_at IS NOT NULL ORDER BY trashed_at DESC, id DESC").fetchall()
+        return [_chat(row) for row in rows]
+
+    def purge_trash(self) -> int:
+        """Delete the trashed chats for good (their messages by cascade; task runs stay); how many.
+
+        The app calls this when it starts, holding the profile's instance lock: no other window
+        has this database open then, so no undo is offered anywhere.
+        """
+        with transaction(self.connection) as conn:
+            cur = conn.execute("DELETE FROM chats WHERE trashed_at IS NOT NULL")
+        if cur.rowcount:
+            log.info("purged %d chat(s) deleted in the last session", cur.rowcount)
+        return cur.rowcount
+
     def list_chats(self, search: str = "") -> list[Chat]:
-        """Chats, most recent activity first; with ``search``, only matching ones.
+        """Chats not in the trash, most recent activity first; with ``search``, only matching ones.
 
         A chat matches when every word of the query is in its title, or when one of its
         shown messages (not those of a version paged away) holds every word
@@ -127,7 +166,7 @@ class Store:
         order = " ORDER BY c.updated_at DESC, c.id DESC"
         terms = search_words(search)
         if not terms:
-            rows = self.connection.execute("SELECT c.* FROM chats c" + order).fetchall()
+            rows = self.connection.execute("SELECT c.* FROM chats c WHERE c.trashed_at IS NULL" + order).fetchall()
             return [_chat(row) for row in rows]
         folded = [t.casefold() for t in terms]
         title_match = " AND ".join(["instr(py_casefold(c.title), ?) > 0"] * len(folded))
@@ -143,7 +182,8 @@ class Store:
                 ["instr(py_casefold(m.content), ?) > 0"] * len(folded)
             )
             params.extend(folded)
-        sql = f"SELECT c.* FROM chats c WHERE ({title_match}) OR c.id IN ({message_match})" + order
+        sql = (f"SELECT c.* FROM chats c WHERE c.trashed_at IS NULL AND (({title_match}) OR c.id IN ({message_match}))"
+               + order)
         return [_chat(row) for row in self.connection.execute(sql, params).fetchall()]
 
     # -- messages -----------------------------------------------------------------------
@@ -450,7 +490,8 @@ class AnswerWriter:
             changed = cur.rowcount > 0
             if changed:
                 chat_id = conn.execute("SELECT chat_id FROM messages WHERE id = ?", (self.message_id,)).fetchone()[0]
-                conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
+                # an answer stopped because its chat was deleted is no activity: undone, the chat keeps its place
+                conn.execute("UPDATE chats SET updated_at = ? WHERE id = ? AND trashed_at IS NULL", (now, chat_id))
                 if stats is not None and state in ("done", "stopped"):
                     settings = ChatSettings.from_json(
                         conn.execute("SELECT settings FROM chats WHERE id = ?", (chat_id,)).fetchone()[0]
@@ -492,6 +533,7 @@ def _chat(row: Mapping[str, Any]) -> Chat:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         settings=ChatSettings.from_json(row["settings"]),
+        trashed_at=row["trashed_at"],
     )
 
 

@@ -222,6 +222,7 @@ class Chat:
     created_at: float  # seconds since the epoch
     updated_at: float  # last activity (a message added or an answer finished)
     settings: ChatSettings = field(default_factory=ChatSettings)
+    trashed_at: float | None = None  # deleted in the window: restorable until the app starts again
 
 
 @dataclass(frozen=True, slots=True)

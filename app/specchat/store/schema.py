@@ -208,4 +208,13 @@ _V4: list[Step] = [
     "CREATE INDEX messages_by_version ON messages (version_id) WHERE version_id IS NOT NULL",
 ]
 
-MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+# Version 5 ("trash"): deleting a chat in the window moves it to the trash, so that it can be
+# undone: ``trashed_at`` (seconds since the epoch; NULL for a chat in use).  A trashed chat keeps
+# its messages and settings; list_chats and search leave it out; the app deletes it for good when
+# it starts next (Store.purge_trash).  Older chats are all in use.
+_V5: list[Step] = [
+    "ALTER TABLE chats ADD COLUMN trashed_at REAL",
+    "CREATE INDEX chats_trashed ON chats (trashed_at) WHERE trashed_at IS NOT NULL",
+]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QInputDialog,
     QLineEdit,
@@ -68,6 +68,8 @@ class ChatList(QObject):
         rename = QAction("Rename…", self.list)
         rename.triggered.connect(self.rename_current)
         delete = QAction("Delete", self.list)
+        delete.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))  # on the list: the selected chat
+        delete.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         delete.triggered.connect(lambda: self.current is not None and self.deleteRequested.emit(self.current))
         self.list.addActions([rename, delete])
         for w in (self.search, self.new_button, self.list):

@@ -35,6 +35,7 @@ from .settings_dialogs import ChatSettingsDialog, SettingsDialog
 from .task_table import TaskTableDialog
 from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
+from .undo_bar import UndoBar
 
 if TYPE_CHECKING:
     from specchat.config import AppConfig, ConfigChange
@@ -109,6 +110,10 @@ class MainWindow(QMainWindow):
         # a message's footer switch ticks the View menu's entry, which calls set_tint
         self.pane.conversation.tintRequested.connect(self.actions_by_slot["set_tint"].setChecked)
         self.answers.queueChanged.connect(self._update_chat_actions)
+        self.undo_bar = UndoBar(self, anchor=self.pane.conversation)  # "Deleted “…” [Undo]" after a delete
+        self.undo_bar.undoRequested.connect(self.restore_chat)
+        self.undo_bar.activeChanged.connect(self.actions_by_slot["undo_delete"].setEnabled)
+        self.actions_by_slot["undo_delete"].setEnabled(False)  # disabled, Ctrl+Z is the text fields'
 
         self.chats.chatSelected.connect(self.open_chat)
         self.chats.newChatRequested.connect(self.new_chat)
@@ -172,17 +177,27 @@ class MainWindow(QMainWindow):
         self.pane.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def delete_chat(self, chat_id: int | None = None) -> None:
-        """Delete a chat; an answer it is generating is stopped first."""
+        """Delete a chat, with an undo (it goes to the trash; see :class:`.undo_bar.UndoBar`); an answer
+        it is generating is stopped first, and what it had written is kept with the chat."""
         chat_id = self.chat_id if chat_id is None else chat_id
         if chat_id is None:
             return
         self.answers.stop(chat_id)
-        self.store.delete_chat(chat_id)
+        self.undo_bar.push(chat_id, self.store.trash_chat(chat_id).title)
         if chat_id == self.chat_id:
             self.chats.current = None
             self._open_newest()
         else:
             self.chats.refresh()
+
+    def undo_delete(self) -> None:
+        """Chat → Undo delete (Ctrl+Z while the undo bar shows): the last deleted chat comes back."""
+        self.undo_bar.undo()
+
+    def restore_chat(self, chat_id: int) -> None:
+        """Take a deleted chat out of the trash, at its place in the list, and open it."""
+        self.store.restore_chat(chat_id)
+        self.open_chat(chat_id)
 
     def _open_newest(self) -> None:
         chats = self.store.list_chats()

@@ -24,7 +24,7 @@ from specchat.services.answers import AnswerService
 from specchat.services.download import DownloadService
 from specchat.services.hub import HubTasks
 from specchat.services.settings import SettingsHolder
-from specchat.store import ChatSettings, Store
+from specchat.store import ChatSettings, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import GenerationService, load_pair
@@ -43,6 +43,9 @@ class AppSession:
         from .main_window import MainWindow
 
         self.store = store
+        # the chats deleted in the last session go for good now: the instance lock holds, so no window
+        # offers their undo any more (a failed write keeps them in the trash for the next start)
+        self._purge_trash()
         self.config = config  # the settings in force (kept equal to self.settings.config)
         self.settings = SettingsHolder(config)
         self.registry = registry
@@ -57,6 +60,12 @@ class AppSession:
         self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False
+
+    def _purge_trash(self) -> None:
+        try:
+            self.store.purge_trash()
+        except StoreWriteError as exc:
+            log.warning("the deleted chats stay in the trash until the next start: %s", exc)
 
     def pair_config(self, settings: ChatSettings) -> PairConfig | RemoteConfig:
         """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI),
