@@ -28,6 +28,7 @@ from specchat.backends import BackendConfig
 from specchat.context_policy import ContextPolicy
 from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
 from specchat.engine.events import GenerationStats
+from specchat.engine.progress import LoadProgress
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
@@ -96,6 +97,7 @@ class AnswerService(QObject):
     queueChanged = Signal()  # which chats are generating or waiting changed
     notice = Signal(object)  # AnswerNotice
     pairLoading = Signal(str)  # what loads: the target's file name, or the server (its config's label)
+    pairProgress = Signal(object)  # LoadProgress of the load under way (see load_progress)
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
     idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
@@ -115,10 +117,12 @@ class AnswerService(QObject):
         self._loaded: BackendConfig | None = None
         self._loading: BackendConfig | None = None
         self.pair_info: PairInfo | None = None
+        self.load_progress: LoadProgress | None = None  # the load under way's last step (None: none told yet)
         self._closed = False
         service.engineEvent.connect(self._on_event)
         service.pairLoaded.connect(self._on_pair_loaded)
         service.pairFailed.connect(self._on_pair_failed)
+        service.loadProgress.connect(self._on_load_progress)
         self._flush = QTimer(self, interval=FLUSH_MS)
         self._flush.timeout.connect(self._poll_writer)
         # answers the database refused to finish (disk full...): shown as stopped, saved when it takes them
@@ -147,6 +151,11 @@ class AnswerService(QObject):
     @property
     def loaded_pair(self) -> BackendConfig | None:
         return self._loaded
+
+    @property
+    def loading(self) -> str | None:
+        """What is loading now (the label ``pairLoading`` named), or None."""
+        return self._loading.label if self._loading is not None else None
 
     # -- requests ---------------------------------------------------------------------
 
@@ -217,6 +226,7 @@ class AnswerService(QObject):
             return
         self._loading = config
         self.pair_info = None
+        self.load_progress = None
         self.pairLoading.emit(config.label)
         self.service.load(config)
 
@@ -299,8 +309,18 @@ class AnswerService(QObject):
 
     # -- from the generation thread ------------------------------------------------------
 
+    def _on_load_progress(self, step: LoadProgress) -> None:
+        if self._loading is None:
+            return
+        self.load_progress = step
+        self.pairProgress.emit(step)
+        live = self._current
+        if live is not None and live.phase is Phase.LOADING:
+            self.changed.emit(live.chat_id)  # its footer says how far the load it waits for is
+
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self._loaded, self._loading = self._loading, None
+        self.load_progress = None
         self.pair_info = info
         if self.recorder is not None:
             # the reference line comes from this pair's plain answers (learned by the recorder);
@@ -313,6 +333,7 @@ class AnswerService(QObject):
 
     def _on_pair_failed(self, message: str) -> None:
         self._loaded = self._loading = None
+        self.load_progress = None
         self.pair_info = None
         self.pairFailed.emit(message)
         live = self._current

@@ -26,13 +26,14 @@ from specchat.store import ChatSettings, Message, MessageStats, PlainReference, 
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView
+from .load_progress import LoadProgressLine
 from .message_widget import MessageWidget
 from .stats_line import stats_line
 from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
     Phase.WAITING: "waiting for the answer in another chat to finish…",
-    Phase.LOADING: "loading the model pair…",
+    Phase.LOADING: "waiting for the model pair to load…",
     Phase.STREAMING: "generating…",
 }
 NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu)."
@@ -79,6 +80,7 @@ class ChatPane(QWidget):
         self.header = ChatHeader()
         self.header.changed.connect(lambda change: self.update_settings(**change))
         self.header.pairRequested.connect(self.pairRequested)
+        self.load_line = LoadProgressLine(answers)  # a pair loading: how far, under the header
         self.conversation = ConversationView()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
@@ -96,7 +98,7 @@ class ChatPane(QWidget):
         buttons.addStretch(1)
         for b in (self.edit_button, self.regen_button, self.send_button):
             buttons.addWidget(b)
-        for w in (self.header, self.conversation, self.notice, self.composer):
+        for w in (self.header, self.load_line, self.conversation, self.notice, self.composer):
             v.addWidget(w)
         v.addLayout(buttons)
         answers.changed.connect(self._on_answer_changed)
@@ -239,6 +241,8 @@ class ChatPane(QWidget):
         w.content, w.reasoning, w.segments = live.content, live.reasoning, live.segments
         w.streaming = True
         w.footer = LIVE_FOOTER[live.phase]
+        if live.phase is Phase.LOADING and self.answers.load_progress is not None:
+            w.footer = f"waiting for the model pair to load: {self.answers.load_progress.text}"
         self.conversation.mark_dirty(w)
 
     def _on_answer_changed(self, chat_id: int) -> None:
