@@ -26,9 +26,19 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from specchat.backends import BackendConfig
 from specchat.context_policy import ContextPolicy
-from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
+from specchat.engine import (
+    ControllerSettings,
+    Done,
+    Error,
+    Fallback,
+    Mode,
+    RoundStats,
+    TokenOrigin,
+    TokensEmitted,
+)
 from specchat.engine.events import GenerationStats
 from specchat.engine.progress import LoadProgress
+from specchat.metrics import Counts
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
@@ -54,6 +64,13 @@ class AnswerNotice:
     permanent: bool = False
 
 
+def fallback_warning(counts: Counts, limit: float) -> str:
+    """The fallback-share warning of an answer whose rounds so far are ``counts``."""
+    return (f"plain decoding took over on {counts.fallback_share or 0.0:.0%} of this answer's "
+            f"{counts.rounds} rounds (warning above {limit:.0%}): try a shorter draft, another "
+            "draft model, or turn speculation off for this chat")
+
+
 class LiveAnswer:
     """One answer in progress.  Read by views; changed only by the AnswerService."""
 
@@ -70,6 +87,21 @@ class LiveAnswer:
         self.unsaved_stop = False  # stopped because the database refused its text (disk full)
         self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
         self.left_out = 0  # messages of the chat its context policy did not send (from the backend's Started)
+        self.counts = Counts()  # its rounds so far (the engine's RoundStats, as the telemetry panel adds them)
+        self.fallback_warned = False  # the engine warned that too many of its rounds fell back
+
+    @property
+    def fallback_warning(self) -> str:
+        """The fallback-share warning with the share as it is now ("" until the engine warned): the
+        engine's warning quotes the share when it was crossed, which goes on changing."""
+        if not self.fallback_warned:
+            return ""
+        return fallback_warning(self.counts, self.warning_share)
+
+    @property
+    def warning_share(self) -> float:
+        """The share of fallback rounds above which the engine warns (the settings it answers with)."""
+        return (self.controller or ControllerSettings()).fallback_warning_share
 
     @property
     def content(self) -> str:
@@ -353,7 +385,10 @@ class AnswerService(QObject):
             live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
             self._stop_if_unsaved(live)
+        elif isinstance(ev, RoundStats):
+            live.counts = live.counts + ev.counts
         elif isinstance(ev, Fallback):
+            live.fallback_warned = live.fallback_warned or ev.warning
             self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
         elif isinstance(ev, Error):
             self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True))

@@ -213,8 +213,8 @@ class MainWindow(QMainWindow):
 
     def _on_notice(self, notice: AnswerNotice) -> None:
         # guard rails and the fallback-share warning also go to the status bar, saying what to do
-        if notice.warning:
-            self.statusBar().showMessage(notice.text)
+        if notice.warning:  # dated ("after N rounds, …"), and gone in 20 s: the pane keeps the share current
+            self.statusBar().showMessage(notice.text, 20_000)
         elif not (notice.error or notice.permanent):
             self.statusBar().showMessage(f"speculation paused: {notice.text}. {FALLBACK_HINT}", 20_000)
 
