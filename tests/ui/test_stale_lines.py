@@ -10,6 +10,7 @@ import pytest
 
 from helpers.app_driver import send, wait_idle
 from helpers.event_streams import R, answer_events
+from helpers.fakes import FakeSpec
 from specchat.backend import PairInfo, Started
 from specchat.engine import Fallback
 from specchat.ui import session as session_module
@@ -101,3 +102,43 @@ def test_the_fallback_warning_goes_when_the_chat_switches_or_the_next_answer_sta
     send(qtbot, pane, "Again.")
     assert pane.notice.isHidden()  # the next answer starts without the last one's warning
     wait_idle(qtbot, s)
+
+
+def test_no_server_line_stays_after_the_chat_switched_to_local_models_that_failed_to_load(qtbot, fake_app,
+                                                                                           monkeypatch):
+    from helpers.fake_openai_server import FakeServer
+    from specchat.profile import Profile
+    from specchat.remote.servers import API_KEY_ENV, ServerConfig, ServerList, servers_file
+
+    monkeypatch.setenv(API_KEY_ENV, "k")  # never the OS keychain in a test
+    app = fake_app(FakeSpec(fail_load="fake-target.gguf: llama.cpp could not load the model"))
+    with FakeServer("vllm") as server:
+        ServerList(servers_file(Profile.at(app.root))).put(ServerConfig("gpu-box", server.url))
+        app.add_chat(backend="gpu-box")
+        s = app.start(qtbot)
+        window, panel = s.window, s.window.telemetry
+        qtbot.waitUntil(lambda: panel.remote is not None, timeout=20_000)
+        assert "gpu-box" in window.pair_status.text() and panel.backend_notes.isVisible()
+        target, draft = app.model_files()
+        with qtbot.waitSignal(s.answers.pairFailed, timeout=20_000):
+            window._pair_chosen(target, draft)  # Pair…: local models (which then fail to load)
+        assert window.pane.header.pair_label.text().startswith("fake-target.gguf")
+        assert window.pair_status.text() == "no model loaded"  # the server went before the load began
+        assert panel.remote is None and not panel.backend_notes.isVisible() and panel.memory_plot_shown
+        assert "could not load the model" in window.pane.notice.text()
+
+
+def test_a_pair_that_cannot_be_named_leaves_the_loaded_pair_named_in_the_status_bar(qtbot, fake_app):
+    app = fake_app()
+    loaded = app.add_chat("loaded")
+    s = app.start(qtbot)
+    window = s.window
+    qtbot.waitUntil(lambda: window.pair_status.text().startswith("fake-target.gguf + fake-draft.gguf"),
+                    timeout=20_000)
+    gone = app.root / "gone.gguf"
+    other = s.store.create_chat("gone", app.settings(target=gone)).id
+    window.open_chat(other)  # its pair cannot even be named: nothing is unloaded
+    assert "gone.gguf: no such file" in window.pane.notice.text()
+    assert window.pair_status.text().startswith("fake-target.gguf + fake-draft.gguf")
+    window.open_chat(loaded)
+    assert window.pane.notice.isHidden()
