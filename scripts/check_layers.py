@@ -40,6 +40,7 @@ UI_ALLOWED = (
     "specchat.engine.events",
     "specchat.engine.settings",
     "specchat.engine.pair",  # PairConfig, CancelToken: the types a pair factory takes
+    "specchat.engine.progress",  # LoadProgress: a pair load's steps, shown in the chat pane
     "specchat.remote.servers",  # the user's servers and their keys (Settings → Servers)
     "specchat.remote.backend",  # RemoteConfig: what a chat's server backend names
     "specchat.remote.client",  # Capabilities: what a server said it can report

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from specchat.backend import Backend
 from specchat.engine.cancel import CancelToken
 from specchat.engine.local import LocalBackend, PairFactory
 from specchat.engine.pair import PairConfig
+from specchat.engine.progress import ProgressSink
 from specchat.remote.backend import RemoteBackend, RemoteConfig
 
 BackendConfig = PairConfig | RemoteConfig
-Opener = Callable[[Any, CancelToken], Backend]
-BackendFactory = Callable[[BackendConfig, CancelToken], Backend]
+Opener = Callable[[Any, CancelToken, ProgressSink | None], Backend]
+
+
+class BackendFactory(Protocol):
+    def __call__(self, config: BackendConfig, cancel: CancelToken,
+                 progress: ProgressSink | None = None) -> Backend: ...
+
 
 OPENERS: Mapping[type, Opener] = {
     PairConfig: LocalBackend.open,  # a pair of GGUF models, loaded here
@@ -28,13 +34,15 @@ OPENERS: Mapping[type, Opener] = {
 }
 
 
-def open_backend(config: BackendConfig, cancel: CancelToken, *, openers: Mapping[type, Opener] = OPENERS) -> Backend:
-    """Open the backend ``config`` names.  A :class:`~specchat.errors.UserError` (one line) when it
-    cannot be opened; :class:`~specchat.engine.runtime.LoadCancelled` when ``cancel`` gave it up."""
+def open_backend(config: BackendConfig, cancel: CancelToken, progress: ProgressSink | None = None, *,
+                 openers: Mapping[type, Opener] = OPENERS) -> Backend:
+    """Open the backend ``config`` names, its load's steps told to ``progress`` (a pair's weights and
+    calibration).  A :class:`~specchat.errors.UserError` (one line) when it cannot be opened;
+    :class:`~specchat.engine.runtime.LoadCancelled` when ``cancel`` gave it up."""
     opener = openers.get(type(config))
     if opener is None:
         raise TypeError(f"no backend opens a {type(config).__name__}")
-    return opener(config, cancel)
+    return opener(config, cancel, progress)
 
 
 def backend_factory(pair_factory: PairFactory | None = None) -> BackendFactory:

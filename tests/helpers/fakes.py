@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE
 from specchat.engine.chat import ChatFormat
 from specchat.engine.controller import CostModel
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
+from specchat.engine.progress import LoadPhase, LoadProgress, ProgressSink
 from specchat.engine.runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
 
 EOT, IM_START = 256, 257
@@ -198,12 +198,33 @@ def _answer_start(context: list[int]) -> int | None:
     return None
 
 
-def fake_pair(config: PairConfig, spec: FakeSpec = FakeSpec(), cancel: CancelToken | None = None) -> SpeculativePair:
-    """A pair of fake models for ``config`` (the files need not exist)."""
-    deadline = time.monotonic() + spec.load_s
+CALIBRATION_STEPS = 12  # the timed decodes a slowed fake load reports
+
+
+def _fake_progress(progress: ProgressSink, config: PairConfig, share: float) -> None:
+    """Where a real load would be after ``share`` of its time: the target's weights in the first
+    half, the draft's (if any) to 70%, then the calibration's timed decodes."""
+    target, draft = Path(config.target).name, Path(config.draft).name if config.draft is not None else None
+    if share < 0.5:
+        progress(LoadProgress(LoadPhase.TARGET, target, share / 0.5, 1.0))
+    elif share < 0.7 and draft is not None:
+        progress(LoadProgress(LoadPhase.DRAFT, draft, (share - 0.5) / 0.2, 1.0))
+    elif share >= 0.7:
+        step = min(CALIBRATION_STEPS, 1 + int((share - 0.7) / 0.3 * CALIBRATION_STEPS))
+        progress(LoadProgress(LoadPhase.CALIBRATING, "the draft" if draft else target, step, CALIBRATION_STEPS))
+
+
+def fake_pair(config: PairConfig, spec: FakeSpec = FakeSpec(), cancel: CancelToken | None = None,
+              progress: ProgressSink | None = None) -> SpeculativePair:
+    """A pair of fake models for ``config`` (the files need not exist); a slowed load (``load_s``)
+    tells ``progress`` its steps as a real one would, every 10 ms."""
+    start = time.monotonic()
+    deadline = start + spec.load_s
     while time.monotonic() < deadline:
         if cancel is not None and cancel.cancelled:
             raise LoadCancelled("loading was cancelled")
+        if progress is not None:
+            _fake_progress(progress, config, (time.monotonic() - start) / spec.load_s)
         time.sleep(0.01)
     if spec.fail_load:
         raise LlamaError(spec.fail_load)
@@ -222,17 +243,17 @@ class FakePairFactory:
         self.pairs: list[SpeculativePair] = []  # what was built (read them only while the worker is idle)
         self._lock = threading.Lock()
 
-    def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
+    def __call__(self, config: PairConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> SpeculativePair:
         with self._lock:
             self.loads.append(config)
             spec = self.spec
-        pair = fake_pair(config, spec, cancel)
+        pair = fake_pair(config, spec, cancel, progress)
         with self._lock:
             self.pairs.append(pair)
         return pair
 
 
-def fake_pair_factory(spec: FakeSpec = FakeSpec()) -> Callable[[PairConfig, CancelToken], SpeculativePair]:
+def fake_pair_factory(spec: FakeSpec = FakeSpec()) -> FakePairFactory:
     return FakePairFactory(spec)
 
 
@@ -249,7 +270,7 @@ class TemplateFactory(FakePairFactory):
         super().__init__(spec or FakeSpec())
         self.template = template
 
-    def __call__(self, config: PairConfig, cancel: CancelToken) -> SpeculativePair:
-        pair = super().__call__(config, cancel)
+    def __call__(self, config: PairConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> SpeculativePair:
+        pair = super().__call__(config, cancel, progress)
         pair.chat_format = ChatFormat(self.template, "", "<|im_end|>", name=config.target.name)
         return pair

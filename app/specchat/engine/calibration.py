@@ -60,27 +60,47 @@ def _time_decode(model: LoadedModel, n: int, filler: int, logits: str) -> float:
     return dt
 
 
+def _repeats(n: int) -> int:
+    # the minimum of a few repeats: a shared machine only ever adds time; one token is the
+    # reference every decision compares against, so it gets the most repeats
+    return 4 if n == 1 else 2 if n <= 3 else 1
+
+
+def timed_decodes(k_max: int, *, shape_sensitive: bool, draft: bool) -> int:
+    """How many timed decodes :func:`measure` makes (its progress counts them)."""
+    per_size = [CALLS_PER_CHANGE + max(_repeats(n), 2) if shape_sensitive else _repeats(n)
+                for n in batch_sizes(k_max)]
+    return 1 + sum(per_size) + (4 if draft else 0)
+
+
 def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
-            cancelled: Callable[[], bool] | None = None) -> CostModel:
-    """``cancelled`` is checked between decodes (a 30B target takes seconds to calibrate)."""
+            cancelled: Callable[[], bool] | None = None,
+            progress: Callable[[float, float], None] | None = None) -> CostModel:
+    """``cancelled`` is checked between decodes (a 30B target takes seconds to calibrate);
+    ``progress(i, n)`` is told after each of the ``n`` timed decodes."""
     filler = 198  # any ordinary token id works; the cost does not depend on it
     costs = CostModel()
+    total = timed_decodes(k_max, shape_sensitive=target.shape_sensitive, draft=draft is not None)
+    done = 0
 
     def timed(model: LoadedModel, n: int, logits: str) -> float:
+        nonlocal done
         if cancelled is not None and cancelled():
             raise LoadCancelled("calibration was cancelled")
-        return _time_decode(model, n, filler, logits)
+        seconds = _time_decode(model, n, filler, logits)
+        done += 1
+        if progress is not None:
+            progress(done, total)
+        return seconds
 
     for m in (target, draft):
         if m is not None:
             m.clear()
             m.decode([filler] * PREFIX_TOKENS, logits="none")
     timed(target, 1, "all")  # warm-up: first decode allocates buffers
-    # the minimum of a few repeats: a shared machine only ever adds time; one token is the
-    # reference every decision compares against, so it gets the most repeats
     fresh: list[float] = []  # where shapes matter: what each size's first calls paid over its steady cost
     for n in batch_sizes(k_max):
-        reps = 4 if n == 1 else 2 if n <= 3 else 1
+        reps = _repeats(n)
         if target.shape_sensitive:
             # a size is replayed from its third call on (engine/shapes.py): time it steady, the way
             # the loop pays it, and learn what its first calls cost on top (the kit measured a
@@ -108,13 +128,15 @@ def cache_key(target: LoadedModel, draft: LoadedModel | None) -> str:
 
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None,
-              cancelled: Callable[[], bool] | None = None) -> CostModel:
-    """Costs from the cache when this exact setup was measured before, else measured now."""
+              cancelled: Callable[[], bool] | None = None,
+              progress: Callable[[float, float], None] | None = None) -> CostModel:
+    """Costs from the cache when this exact setup was measured before (no progress then), else
+    measured now."""
     key = cache_key(target, draft)
     hit = None
     if cache_file is not None:
         hit = cached_costs(cache_file, key, k_max)
-    costs = hit if hit is not None else measure(target, draft, k_max, cancelled)
+    costs = hit if hit is not None else measure(target, draft, k_max, cancelled, progress)
     if hit is None and cache_file is not None:
         store_costs(cache_file, key, costs)
     if target.shape_sensitive and costs.recapture_s <= 0.0:

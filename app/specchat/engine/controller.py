@@ -494,8 +494,8 @@ class DraftController:
         if not self._warned and self.answer.rounds >= 2 * s.window_rounds and share > s.fallback_warning_share:
             self._warned = True
             events.append(
-                Fallback(
-                    f"fell back to plain decoding on {share:.0%} of rounds "
+                Fallback(  # dated: the share goes on changing after this (the window tracks it)
+                    f"after {self.answer.rounds} rounds, {share:.0%} of them fell back to plain decoding "
                     f"(> {s.fallback_warning_share:.0%}): try a shorter draft, another draft model, "
                     "or turn speculation off for this chat",
                     warning=True,

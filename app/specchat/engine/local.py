@@ -9,8 +9,9 @@ contexts are not thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import cached_property
+from typing import Protocol
 
 from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
 from specchat.context_policy import fit_messages, reserve
@@ -24,13 +25,20 @@ from .chat import TemplateCancelled
 from .events import Done, GenerationStats, StopReason
 from .pair import PairConfig, SpeculativePair
 from .phases import split_answer
+from .progress import ProgressSink
 from .runtime import LlamaError, LoadCancelled, backend_info
 
-PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
+
+class PairFactory(Protocol):
+    """Makes a loaded pair from its config: :func:`load_pair`, or the tests' fake."""
+
+    def __call__(self, config: PairConfig, cancel: CancelToken,
+                 progress: ProgressSink | None = None) -> SpeculativePair: ...
 
 
-def load_pair(config: PairConfig, cancel: CancelToken) -> SpeculativePair:
-    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated).
+def load_pair(config: PairConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> SpeculativePair:
+    """The real pair factory: the models from their GGUF files (checked, loaded, calibrated),
+    each step told to ``progress``.
 
     A pair that clearly cannot fit in free memory (the header-only estimate) is refused
     with the reason before llama.cpp allocates anything.
@@ -38,7 +46,7 @@ def load_pair(config: PairConfig, cancel: CancelToken) -> SpeculativePair:
     problem = fit_problem(config)
     if problem:
         raise LlamaError(problem)
-    return SpeculativePair(config, cancel)
+    return SpeculativePair(config, cancel, progress)
 
 
 class LocalBackend:
@@ -46,10 +54,12 @@ class LocalBackend:
         self.pair = pair
 
     @classmethod
-    def open(cls, config: PairConfig, cancel: CancelToken, *, pair_factory: PairFactory = load_pair) -> LocalBackend:
+    def open(cls, config: PairConfig, cancel: CancelToken, progress: ProgressSink | None = None, *,
+             pair_factory: PairFactory = load_pair) -> LocalBackend:
         """Load the pair (:class:`LlamaError` when it cannot be; :class:`LoadCancelled` when ``cancel``
-        was set before it was ready: a load given up never reports a superseded pair)."""
-        backend = cls(pair_factory(config, cancel))
+        was set before it was ready: a load given up never reports a superseded pair); ``progress``
+        hears the weights and the calibration (:mod:`.progress`)."""
+        backend = cls(pair_factory(config, cancel, progress))
         if cancel.cancelled:
             backend.close()
             raise LoadCancelled("the load was given up")

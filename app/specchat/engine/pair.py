@@ -23,6 +23,7 @@ from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, build_drafters
 from .events import Event
 from .generate import generate
+from .progress import LoadPhase, ProgressSink, report
 from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
 from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
 
@@ -55,8 +56,10 @@ class PairConfig:
 
 
 class SpeculativePair:
-    def __init__(self, config: PairConfig, cancel: CancelToken | None = None) -> None:
-        """``cancel`` gives up the load (weights or calibration) with ``runtime.LoadCancelled``."""
+    def __init__(self, config: PairConfig, cancel: CancelToken | None = None,
+                 progress: ProgressSink | None = None) -> None:
+        """``cancel`` gives up the load (weights or calibration) with ``runtime.LoadCancelled``;
+        ``progress`` hears each step (:mod:`.progress`), in this thread."""
         config.controller.validate()
         cancelled = (lambda: cancel.cancelled) if cancel is not None else None
         self.config = config
@@ -74,7 +77,8 @@ class SpeculativePair:
         # the longest verify: a draft model's longest draft or prompt lookup's, and the bonus token
         k_max = max(config.controller.k_max, config.controller.lookup_k_max)
         self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16),
-                                  cancelled=cancelled)
+                                  cancelled=cancelled,
+                                  progress=report(progress, LoadPhase.TARGET, Path(config.target).name))
         self.draft: LoadedModel | None = None
         try:
             # the template first: one that does not compile refuses the pair before the draft
@@ -84,8 +88,11 @@ class SpeculativePair:
                 dopts = config.draft_options or config.target_options
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
-                self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled)
-            costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled)
+                self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled,
+                                         progress=report(progress, LoadPhase.DRAFT, Path(config.draft).name))
+            what = "the draft" if self.draft is not None else Path(config.target).name
+            costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled,
+                              report(progress, LoadPhase.CALIBRATING, what))
             self._assemble(costs, chat_format)
         except BaseException:
             self.close()

@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import traceback
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import llama_cpp
@@ -50,6 +52,19 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 _backend_ready = False
+
+
+def _on_load_progress(cancelled: Callable[[], bool] | None, progress: Callable[[float, float], None] | None,
+                      share: float, _user_data: ctypes.c_void_p) -> bool:
+    """llama.cpp's progress callback: report the share read, go on unless cancelled.  Nothing may
+    raise through ctypes (it would answer false: an abort), so a report that fails (a bug) prints its
+    traceback and the load goes on."""
+    if progress is not None:
+        try:
+            progress(float(share), 1.0)
+        except Exception:
+            traceback.print_exc()
+    return not (cancelled is not None and cancelled())
 
 
 def init_backend() -> None:
@@ -146,9 +161,11 @@ class LoadedModel:
     """A model with one context (sequence 0) and a reusable batch."""
 
     def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, n_outputs: int = 0,
-                 cancelled: Callable[[], bool] | None = None) -> None:
+                 cancelled: Callable[[], bool] | None = None,
+                 progress: Callable[[float, float], None] | None = None) -> None:
         """``cancelled``: polled while the weights load; when it turns true the load stops
-        within one tensor and :class:`LoadCancelled` is raised."""
+        within one tensor and :class:`LoadCancelled` is raised.  ``progress(done, 1.0)``: the share
+        of the weights read, from llama.cpp's progress callback (called in this thread)."""
         init_backend()
         self.path = Path(path)
         self.options = options
@@ -160,11 +177,11 @@ class LoadedModel:
             raise LoadCancelled(f"{self.path.name}: loading was cancelled")
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers if options.n_gpu_layers >= 0 else 999
-        if cancelled is not None:
+        if cancelled is not None or progress is not None:
             # llama.cpp aborts the load when the progress callback returns false; the ctypes
             # callback object must outlive the call
-            progress = llama_cpp.llama_progress_callback(lambda _p, _u: not cancelled())
-            mparams.progress_callback = progress
+            callback = llama_cpp.llama_progress_callback(partial(_on_load_progress, cancelled, progress))
+            mparams.progress_callback = callback
         self._model: llama_cpp.llama_model_p | None = llama_cpp.llama_model_load_from_file(
             str(self.path).encode(), mparams)
         # the owner of the native memory: close() runs it, and so does the garbage collector if a

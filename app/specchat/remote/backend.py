@@ -20,6 +20,7 @@ from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
 from specchat.engine.cancel import CancelToken
 from specchat.engine.events import Done
 from specchat.engine.phases import split_answer
+from specchat.engine.progress import ProgressSink
 
 from .chat import Cancel, stream_answer
 from .client import Capabilities, ServerClient
@@ -81,8 +82,9 @@ class RemoteBackend:
         self.label = label or client.where  # as the chat names it (RemoteConfig.label)
 
     @classmethod
-    def open(cls, config: RemoteConfig, cancel: CancelToken) -> RemoteBackend:
-        """:meth:`connect`, as :func:`specchat.backends.open_backend` calls it (a probe is a few short GETs)."""
+    def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
+        """:meth:`connect`, as :func:`specchat.backends.open_backend` calls it (a probe is a few short GETs).
+        A server has no steps to count: ``progress`` hears nothing, the window says it is connecting."""
         return cls.connect(config, cancel=cancel)
 
     @property

@@ -26,8 +26,19 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from specchat.backends import BackendConfig
 from specchat.context_policy import ContextPolicy
-from specchat.engine import ControllerSettings, Done, Error, Fallback, Mode, TokenOrigin, TokensEmitted
+from specchat.engine import (
+    ControllerSettings,
+    Done,
+    Error,
+    Fallback,
+    Mode,
+    RoundStats,
+    TokenOrigin,
+    TokensEmitted,
+)
 from specchat.engine.events import GenerationStats
+from specchat.engine.progress import LoadProgress
+from specchat.metrics import Counts
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
@@ -53,6 +64,13 @@ class AnswerNotice:
     permanent: bool = False
 
 
+def fallback_warning(counts: Counts, limit: float) -> str:
+    """The fallback-share warning of an answer whose rounds so far are ``counts``."""
+    return (f"plain decoding took over on {counts.fallback_share or 0.0:.0%} of this answer's "
+            f"{counts.rounds} rounds (warning above {limit:.0%}): try a shorter draft, another "
+            "draft model, or turn speculation off for this chat")
+
+
 class LiveAnswer:
     """One answer in progress.  Read by views; changed only by the AnswerService."""
 
@@ -69,6 +87,21 @@ class LiveAnswer:
         self.unsaved_stop = False  # stopped because the database refused its text (disk full)
         self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
         self.left_out = 0  # messages of the chat its context policy did not send (from the backend's Started)
+        self.counts = Counts()  # its rounds so far (the engine's RoundStats, as the telemetry panel adds them)
+        self.fallback_warned = False  # the engine warned that too many of its rounds fell back
+
+    @property
+    def fallback_warning(self) -> str:
+        """The fallback-share warning with the share as it is now ("" until the engine warned): the
+        engine's warning quotes the share when it was crossed, which goes on changing."""
+        if not self.fallback_warned:
+            return ""
+        return fallback_warning(self.counts, self.warning_share)
+
+    @property
+    def warning_share(self) -> float:
+        """The share of fallback rounds above which the engine warns (the settings it answers with)."""
+        return (self.controller or ControllerSettings()).fallback_warning_share
 
     @property
     def content(self) -> str:
@@ -96,6 +129,7 @@ class AnswerService(QObject):
     queueChanged = Signal()  # which chats are generating or waiting changed
     notice = Signal(object)  # AnswerNotice
     pairLoading = Signal(str)  # what loads: the target's file name, or the server (its config's label)
+    pairProgress = Signal(object)  # LoadProgress of the load under way (see load_progress)
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
     idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
@@ -115,10 +149,12 @@ class AnswerService(QObject):
         self._loaded: BackendConfig | None = None
         self._loading: BackendConfig | None = None
         self.pair_info: PairInfo | None = None
+        self.load_progress: LoadProgress | None = None  # the load under way's last step (None: none told yet)
         self._closed = False
         service.engineEvent.connect(self._on_event)
         service.pairLoaded.connect(self._on_pair_loaded)
         service.pairFailed.connect(self._on_pair_failed)
+        service.loadProgress.connect(self._on_load_progress)
         self._flush = QTimer(self, interval=FLUSH_MS)
         self._flush.timeout.connect(self._poll_writer)
         # answers the database refused to finish (disk full...): shown as stopped, saved when it takes them
@@ -147,6 +183,11 @@ class AnswerService(QObject):
     @property
     def loaded_pair(self) -> BackendConfig | None:
         return self._loaded
+
+    @property
+    def loading(self) -> str | None:
+        """What is loading now (the label ``pairLoading`` named), or None."""
+        return self._loading.label if self._loading is not None else None
 
     # -- requests ---------------------------------------------------------------------
 
@@ -217,6 +258,7 @@ class AnswerService(QObject):
             return
         self._loading = config
         self.pair_info = None
+        self.load_progress = None
         self.pairLoading.emit(config.label)
         self.service.load(config)
 
@@ -299,8 +341,18 @@ class AnswerService(QObject):
 
     # -- from the generation thread ------------------------------------------------------
 
+    def _on_load_progress(self, step: LoadProgress) -> None:
+        if self._loading is None:
+            return
+        self.load_progress = step
+        self.pairProgress.emit(step)
+        live = self._current
+        if live is not None and live.phase is Phase.LOADING:
+            self.changed.emit(live.chat_id)  # its footer says how far the load it waits for is
+
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self._loaded, self._loading = self._loading, None
+        self.load_progress = None
         self.pair_info = info
         if self.recorder is not None:
             # the reference line comes from this pair's plain answers (learned by the recorder);
@@ -313,6 +365,7 @@ class AnswerService(QObject):
 
     def _on_pair_failed(self, message: str) -> None:
         self._loaded = self._loading = None
+        self.load_progress = None
         self.pair_info = None
         self.pairFailed.emit(message)
         live = self._current
@@ -332,7 +385,10 @@ class AnswerService(QObject):
             live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
             self._stop_if_unsaved(live)
+        elif isinstance(ev, RoundStats):
+            live.counts = live.counts + ev.counts
         elif isinstance(ev, Fallback):
+            live.fallback_warned = live.fallback_warned or ev.warning
             self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
         elif isinstance(ev, Error):
             self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True))

@@ -20,18 +20,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase
+from specchat.metrics import Counts
+from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase, fallback_warning
 from specchat.store import ChatSettings, Message, MessageStats, PlainReference, Store, plain_reference
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView
+from .load_progress import LoadProgressLine
 from .message_widget import MessageWidget
 from .stats_line import stats_line
 from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
     Phase.WAITING: "waiting for the answer in another chat to finish…",
-    Phase.LOADING: "loading the model pair…",
+    Phase.LOADING: "waiting for the model pair to load…",
     Phase.STREAMING: "generating…",
 }
 NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu)."
@@ -78,6 +80,7 @@ class ChatPane(QWidget):
         self.header = ChatHeader()
         self.header.changed.connect(lambda change: self.update_settings(**change))
         self.header.pairRequested.connect(self.pairRequested)
+        self.load_line = LoadProgressLine(answers)  # a pair loading: how far, under the header
         self.conversation = ConversationView()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
@@ -95,7 +98,7 @@ class ChatPane(QWidget):
         buttons.addStretch(1)
         for b in (self.edit_button, self.regen_button, self.send_button):
             buttons.addWidget(b)
-        for w in (self.header, self.conversation, self.notice, self.composer):
+        for w in (self.header, self.load_line, self.conversation, self.notice, self.composer):
             v.addWidget(w)
         v.addLayout(buttons)
         answers.changed.connect(self._on_answer_changed)
@@ -103,6 +106,7 @@ class ChatPane(QWidget):
         answers.queueChanged.connect(self.update_buttons)
         answers.notice.connect(self._on_notice)
         self._notice_error = False
+        self._fallback_limit: float | None = None  # the fallback-share warning is shown, with this limit
         controller().changed.connect(self._style_notice)
 
     # -- which chat --------------------------------------------------------------------
@@ -272,6 +276,10 @@ class ChatPane(QWidget):
         w.content, w.reasoning, w.segments = live.content, live.reasoning, live.segments
         w.streaming = True
         w.footer = LIVE_FOOTER[live.phase]
+        if live.phase is Phase.LOADING and self.answers.load_progress is not None:
+            w.footer = f"waiting for the model pair to load: {self.answers.load_progress.text}"
+        if live.fallback_warned and not self._notice_error:
+            self._show_fallback(live.counts, live.warning_share)  # the share as it is now, not when it was crossed
         self.conversation.mark_dirty(w)
 
     def _on_answer_changed(self, chat_id: int) -> None:
@@ -292,6 +300,8 @@ class ChatPane(QWidget):
                 w.segments = _segments(stored) or w.segments
                 w.set_content(stored.content, stored.reasoning, self._footer(stored))
                 self.conversation.flush()
+                if self._fallback_limit is not None and stored.stats is not None:
+                    self._show_fallback(stored.stats.counts, self._fallback_limit)  # its final share
         self.update_buttons()
 
     def _footer(self, m: Message) -> str:
@@ -299,11 +309,23 @@ class ChatPane(QWidget):
         return footer_text(m.stats, m.state, plain_reference(self.store, m.id) if m.stats else None)
 
     def _on_notice(self, notice: AnswerNotice) -> None:
-        if notice.chat_id == self.chat_id and (notice.error or notice.warning or notice.permanent):
+        if notice.chat_id != self.chat_id or not (notice.error or notice.warning or notice.permanent):
+            return
+        live = self.answers.answer(notice.chat_id)
+        if notice.warning and live is not None:
+            self._show_fallback(live.counts, live.warning_share)  # kept current as the answer goes on (_paint_live)
+        else:
             self.show_notice(notice.text, error=notice.error)
+
+    def _show_fallback(self, counts: Counts, limit: float) -> None:
+        text = fallback_warning(counts, limit)
+        if self.notice.text() != text:
+            self.show_notice(text)
+        self._fallback_limit = limit
 
     def show_notice(self, text: str, error: bool = False) -> None:
         self._notice_error = error
+        self._fallback_limit = None  # the notice is no longer the fallback-share warning
         self._style_notice(current())
         self.notice.setText(text)
         self.notice.setVisible(bool(text))

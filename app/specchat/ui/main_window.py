@@ -217,19 +217,28 @@ class MainWindow(QMainWindow):
         self.telemetry.set_memory_shares(info.memory_shares)
         self.telemetry.set_backend(info)
         self.pane.header.set_reasoning_available(info.supports_reasoning_switch)
-        self.pair_status.setText(f"{info.target}" + (f" + {info.draft}" if info.draft else "")
-                                 + f" · {info.backend}" + (f" · ctx {info.n_ctx}" if info.n_ctx else ""))
+        self._show_pair(info)
         if info.speculation_blocked:
             self.pane.show_notice(f"speculation off: {info.speculation_blocked}")
 
+    def _show_pair(self, info: PairInfo | None) -> None:
+        self.pair_status.setText("no model loaded" if info is None else
+                                 f"{info.target}" + (f" + {info.draft}" if info.draft else "")
+                                 + f" · {info.backend}" + (f" · ctx {info.n_ctx}" if info.n_ctx else ""))
+
     def _on_pair_failed(self, message: str) -> None:
-        self.pair_status.setText("no model loaded")
+        """What is loaded now: none after a load that failed (the last backend went first), the last one
+        still when the pair could not even be named (a model file gone)."""
+        info = self.answers.pair_info
+        self._show_pair(info)
+        if info is None:
+            self.telemetry.set_backend(None)  # no server's line left standing
         self.pane.show_notice(message, error=True)
 
     def _on_notice(self, notice: AnswerNotice) -> None:
         # guard rails and the fallback-share warning also go to the status bar, saying what to do
-        if notice.warning:
-            self.statusBar().showMessage(notice.text)
+        if notice.warning:  # dated ("after N rounds, …"), and gone in 20 s: the pane keeps the share current
+            self.statusBar().showMessage(notice.text, 20_000)
         elif not (notice.error or notice.permanent):
             self.statusBar().showMessage(f"speculation paused: {notice.text}. {FALLBACK_HINT}", 20_000)
 

@@ -8,12 +8,11 @@ and a test builds the same session with a fake pair factory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from PySide6.QtCore import QSettings
 
 from specchat.config import CONTROLLER_KEYS, AppConfig, ConfigChange, as_int
-from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
+from specchat.engine.pair import PairConfig
 from specchat.models.registry import Registry, RegistryError
 from specchat.pair_loading import pair_config, record_last_pair
 from specchat.profile import Profile
@@ -27,11 +26,10 @@ from specchat.services.settings import SettingsHolder
 from specchat.store import ChatSettings, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
-from specchat.workers.generation import GenerationService, load_pair
+from specchat.workers.generation import GenerationService, PairFactory, load_pair
 from specchat.workers.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
-PairFactory = Callable[[PairConfig, CancelToken], SpeculativePair]
 
 
 class AppSession:

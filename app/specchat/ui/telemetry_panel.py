@@ -364,13 +364,14 @@ class TelemetryPanel(QDockWidget):
     def memory_plot_shown(self) -> bool:
         return self.p_mem.scene() is not None
 
-    def set_backend(self, info: PairInfo) -> None:
-        """The loaded backend: a server hides what it cannot feed and says so; a local pair restores it all.
+    def set_backend(self, info: PairInfo | None) -> None:
+        """The loaded backend (None: none is, since a load failed): a server hides what it cannot feed
+        and says so; a local pair, or none, restores it all.
 
         This machine's memory says nothing of a server's, so the memory plot shows only where
         the server's box reports its GPU memory (a dcgm-exporter URL that answered).
         """
-        caps = info.remote
+        caps = info.remote if info is not None else None
         self.remote = caps
         self._show_memory_plot(caps is None or caps.vram)
         self.sample_memory()  # the memory line says whose memory it is

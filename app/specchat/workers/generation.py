@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import traceback
+from functools import partial
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -27,13 +28,14 @@ from specchat.engine import Done, Error, StopReason
 from specchat.engine.events import GenerationStats
 from specchat.engine.local import PairFactory, load_pair
 from specchat.engine.pair import CancelToken
+from specchat.engine.progress import Throttle
 from specchat.engine.runtime import LoadCancelled, backend_info
 from specchat.errors import UserError, one_line
 
 from .threads import end_thread, start_thread
 
 # what the window and the tests take from here (the ui never imports the engine's runtime itself)
-__all__ = ["GenerationService", "GenerationWorker", "PairInfo", "Started", "backend_info", "load_pair",
+__all__ = ["GenerationService", "GenerationWorker", "PairFactory", "PairInfo", "Started", "backend_info", "load_pair",
            "lower_this_threads_priority"]
 
 
@@ -62,6 +64,7 @@ class GenerationWorker(QObject):
 
     pairLoaded = Signal(object)  # PairInfo
     pairFailed = Signal(str)
+    loadProgress = Signal(int, object)  # load id, LoadProgress (throttled: ~10 a second at most)
     # not "event": that name is QObject.event(), the virtual through which Qt delivers every event
     engineEvent = Signal(int, object)  # request id, engine event or Started
 
@@ -76,14 +79,15 @@ class GenerationWorker(QObject):
         if self._nice:
             lower_this_threads_priority(self._nice)
 
-    @Slot(object, object)
-    def load(self, config: BackendConfig, cancel: CancelToken) -> None:
-        """Open the backend ``config`` names (a pair loaded here, or a server connected), in place of the last."""
+    @Slot(int, object, object)
+    def load(self, load_id: int, config: BackendConfig, cancel: CancelToken) -> None:
+        """Open the backend ``config`` names (a pair loaded here, or a server connected), in place of the last;
+        its steps go out as ``loadProgress``, stamped with ``load_id``."""
         self.unload()
         if cancel.cancelled:  # a newer load is queued behind this one, or the app is closing
             return
         try:
-            backend = self._open(config, cancel)
+            backend = self._open(config, cancel, Throttle(partial(self.loadProgress.emit, load_id)))
         except LoadCancelled:
             return
         except UserError as exc:  # one line naming the file or the server
@@ -144,8 +148,9 @@ class GenerationService(QObject):
     pairLoaded = Signal(object)
     pairFailed = Signal(str)
     engineEvent = Signal(int, object)
+    loadProgress = Signal(object)  # LoadProgress of the newest load (a superseded load's never comes)
     # private: requests into the worker thread
-    _load = Signal(object, object)
+    _load = Signal(int, object, object)
     _generate = Signal(int, object, object)
     _unload = Signal()
 
@@ -159,6 +164,8 @@ class GenerationService(QObject):
         self._cancel: CancelToken | None = None
         self._load_cancel = CancelToken()
         self.current_request = 0
+        self._loads = itertools.count(1)
+        self.current_load = 0
         self._thread = QThread()
         self._thread.setObjectName("specchat-generation")
         self._worker = GenerationWorker(open_backend or backend_factory(pair_factory), nice)
@@ -170,6 +177,7 @@ class GenerationService(QObject):
         self._worker.pairLoaded.connect(self.pairLoaded)
         self._worker.pairFailed.connect(self.pairFailed)
         self._worker.engineEvent.connect(self._on_event)
+        self._worker.loadProgress.connect(self._on_progress)
         self._thread.started.connect(self._worker.lower_priority)  # runs in the new thread, before any work
         start_thread(self._thread, QThread.Priority.LowPriority)
 
@@ -179,7 +187,8 @@ class GenerationService(QObject):
         self.cancel()
         self._load_cancel.cancel()
         self._load_cancel = CancelToken()
-        self._load.emit(config, self._load_cancel)
+        self.current_load = next(self._loads)
+        self._load.emit(self.current_load, config, self._load_cancel)
 
     def submit(self, **request) -> int:
         """Start a generation (cancelling any running one); returns its request id."""
@@ -198,10 +207,14 @@ class GenerationService(QObject):
         if rid == self.current_request:  # results of an abandoned request never reach the screen
             self.engineEvent.emit(rid, ev)
 
+    def _on_progress(self, load_id: int, step: object) -> None:
+        if load_id == self.current_load:  # a load given up for a newer one never paints over it
+            self.loadProgress.emit(step)
+
     def shutdown(self, patience_ms: int = 10_000) -> None:
         """Stop the running answer or load, free the models in their thread, and end the thread."""
         self.cancel()
         self._load_cancel.cancel()
-        self.current_request = 0
+        self.current_request = self.current_load = 0
         self._unload.emit()
         end_thread(self._thread, patience_ms)
