@@ -1013,7 +1013,7 @@ def wait_for_build(site: Path, seconds: float) -> int:
             print(f"build still running after {time.time() - st.get('started', time.time()):.0f} s: "
                   "call 'build --wait S' again", flush=True)
             return 3
-        time.sleep(2)
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))  # --wait S waits S, not a whole poll more
 
 
 def hardware_name(cpu: bool) -> str:

@@ -94,9 +94,10 @@ def test_a_full_disk_mid_answer_stops_it_at_what_was_shown_and_stores_it_as_stop
     target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
     target.touch()
     draft.touch()
-    chat = store.create_chat("c", ChatSettings(target=target, draft=draft, speculation="draft", max_tokens=4000))
+    chat = store.create_chat("c", ChatSettings(target=target, draft=draft, speculation="draft", max_tokens=20000))
     store.add_message(chat.id, "user", "question")
-    gen = GenerationService(FakePairFactory(FakeSpec(answer_tokens=4000, decode_s=0.002)))
+    # fast tokens: the last page's free room (seconds of text at 500 tok/s) fills in under one
+    gen = GenerationService(FakePairFactory(FakeSpec(answer_tokens=20000, decode_s=0.0005)))
     monkeypatch.setattr(answers_module, "RETRY_MS", 100)  # the app tries again every 2 s
     answers = AnswerService(store, gen, lambda s: PairConfig(s.target, s.draft))
     notices, finished = [], []
