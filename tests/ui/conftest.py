@@ -36,6 +36,27 @@ def tasks(qtbot) -> Iterator[TaskRunner]:
 
 
 @pytest.fixture(autouse=True)
+def _no_modifier_left_held(qapp) -> Iterator[None]:  # noqa: ANN001
+    """QTest's simulated Ctrl+N leaves QGuiApplication.keyboardModifiers() at Ctrl until the next plain
+    key event (its releases carry the modifiers they release), and a held Ctrl turns a later test's
+    selectRow into a toggle.  Each test starts, and ends, with no modifier held."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QWidget
+
+    def release() -> None:
+        if QGuiApplication.keyboardModifiers() != Qt.KeyboardModifier.NoModifier:
+            probe = QWidget()
+            QTest.keyRelease(probe, Qt.Key.Key_unknown)  # a spontaneous key event with no modifier
+            probe.deleteLater()
+
+    release()
+    yield
+    release()
+
+
+@pytest.fixture(autouse=True)
 def _no_model_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     """The window's tests reach no model hub (the Models dialog reads the catalog's headers when it
     opens): huggingface_hub offline, so those reads fail at once and the size estimate stays.  Tests

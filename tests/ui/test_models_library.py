@@ -66,15 +66,40 @@ def test_a_draft_larger_than_the_target_is_never_offered(qtbot, fake_app, pair_o
     assert dialog.drafts.currentRow() == 0  # nothing usable chosen
 
 
+def _two_pairs(target: Path, draft: Path) -> str:
+    return ('[[pair]]\nid = "fam"\nname = "Fam pair"\n'
+            f'target = {{ repo = "fam/Fam-Coder-7B-GGUF", file = "{target.name}", size = {target.stat().st_size} }}\n'
+            f'drafts = [ {{ repo = "fam/Fam-Coder-0.5B-GGUF", file = "{draft.name}", size = {draft.stat().st_size} }} ]\n'
+            '[[pair]]\nid = "half"\nname = "Half pair"\n'
+            f'target = {{ repo = "fam/Fam-Coder-7B-GGUF", file = "{target.name}", size = {target.stat().st_size} }}\n'
+            'drafts = [ { repo = "fam/Other-GGUF", file = "other-q4_k_m.gguf", size = 500000000 } ]\n')
+
+
+def test_a_ctrl_still_held_never_turns_choosing_a_pair_into_a_toggle(qtbot, fake_app, pair_on_disk) -> None:  # noqa: ANN001
+    """The dialog opened by a shortcut, Ctrl not yet released: the catalog still holds one pair, the one
+    chosen (an extended selection read the live modifiers: Ctrl made selecting a toggle, and Download
+    acted on another pair than the one highlighted, or on none)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtTest import QTest
+
+    s, dialog = _dialog(qtbot, fake_app, pair_on_disk, _two_pairs(*pair_on_disk))
+    QTest.keyClick(s.window, Qt.Key.Key_unknown, Qt.KeyboardModifier.ControlModifier)
+    assert QGuiApplication.keyboardModifiers() == Qt.KeyboardModifier.ControlModifier  # held, as far as Qt knows
+    dialog = s.window.models_dialog()
+    qtbot.addWidget(dialog)
+    rows = {dialog.catalog.item(r, 0).text().split("  ★")[0]: r for r in range(dialog.catalog.rowCount())}
+    for name, button in (("Half pair", "Download the missing file"), ("Fam pair", "Use pair"),
+                         ("Fam pair", "Use pair"), ("Half pair", "Download the missing file")):
+        dialog.catalog.selectRow(rows[name])
+        assert [i.row() for i in dialog.catalog.selectionModel().selectedRows()] == [rows[name]]
+        assert dialog.download_button.text() == button
+
+
 def test_an_imported_pair_is_installed_in_the_catalog_and_used_without_a_download(
         qtbot, fake_app, pair_on_disk) -> None:  # noqa: ANN001
     target, draft = pair_on_disk
-    catalog = ('[[pair]]\nid = "fam"\nname = "Fam pair"\n'
-               f'target = {{ repo = "fam/Fam-Coder-7B-GGUF", file = "{target.name}", size = {target.stat().st_size} }}\n'
-               f'drafts = [ {{ repo = "fam/Fam-Coder-0.5B-GGUF", file = "{draft.name}", size = {draft.stat().st_size} }} ]\n'
-               '[[pair]]\nid = "half"\nname = "Half pair"\n'
-               f'target = {{ repo = "fam/Fam-Coder-7B-GGUF", file = "{target.name}", size = {target.stat().st_size} }}\n'
-               'drafts = [ { repo = "fam/Other-GGUF", file = "other-q4_k_m.gguf", size = 500000000 } ]\n')
+    catalog = _two_pairs(target, draft)
     _s, dialog = _dialog(qtbot, fake_app, pair_on_disk, catalog)
     rows = {dialog.catalog.item(r, 0).text().split("  ★")[0]: r for r in range(dialog.catalog.rowCount())}
     assert dialog.catalog.item(rows["Half pair"], 1).text() == "500.0 MB (target installed)"

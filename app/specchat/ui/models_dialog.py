@@ -167,6 +167,9 @@ class ModelsDialog(QDialog):
         self.catalog.setHorizontalHeaderLabels(["Pair", "Download", "On this machine", "Licence"])
         self.catalog.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.catalog.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        # one pair at a time: with extended selection, selectRow (the recommended pair, below) reads the
+        # live modifiers, and a Ctrl still held from the shortcut that opened the dialog made it a toggle
+        self.catalog.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.catalog.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         for row, p in enumerate(self.pairs):
             name = QTableWidgetItem(p.name + ("  ★ recommended" if p is rec else ""))
