@@ -158,7 +158,9 @@ def kill_at_random_moments(script: str, args: list[object], kills: int, check, s
         # the window opens once it wrote a whole version, however loaded the machine: on two busy cores a
         # first write could take longer than the window, and no kill would land inside a later write
         assert proc.stdout.readline() == "writing\n", proc.stderr and proc.stderr.read()
-        deadline = time.monotonic() + rng.uniform(0.02, 0.4)
+        # a write takes milliseconds, so a window of 10-200 ms still lands each kill at a random point of
+        # some write (and lets the writer get on between kills)
+        deadline = time.monotonic() + rng.uniform(0.01, 0.2)
         while time.monotonic() < deadline:
             check()  # a reader during the writes never sees half a file
         os.kill(proc.pid, signal.SIGKILL)
