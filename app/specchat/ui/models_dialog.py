@@ -165,7 +165,9 @@ class ModelsDialog(QDialog):
         v = QVBoxLayout(tab)
         self.catalog = QTableWidget(len(self.pairs), 4)
         self.catalog.setHorizontalHeaderLabels(["Pair", "Download", "On this machine", "Licence"])
-        self.catalog.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.catalog.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # sizes, fit and licence whole
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the pair's name takes what is left
         self.catalog.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         # one pair at a time: with extended selection, selectRow (the recommended pair, below) reads the
         # live modifiers, and a Ctrl still held from the shortcut that opened the dialog made it a toggle
