@@ -73,6 +73,8 @@ class FakeModel(LoadedModel):
         self.n_threads = 1
         self.n_vocab = N_VOCAB
         self.can_trim = spec.can_trim
+        self.can_shift = spec.can_trim  # a table has no positions to re-rotate: it shifts wherever it trims
+        self.dropped: list[tuple[int, int]] = []  # every context shift: (start, count)
         self.add_bos = False
         self.tokens: list[int] = []
         self.decode_calls = 0
@@ -171,6 +173,10 @@ class FakeModel(LoadedModel):
 
     def trim(self, n: int) -> None:
         del self.tokens[n:]
+
+    def drop(self, start: int, count: int) -> None:
+        self.dropped.append((start, count))
+        del self.tokens[start : start + count]
 
     def clear(self) -> None:
         self.tokens.clear()

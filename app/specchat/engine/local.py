@@ -93,7 +93,8 @@ class LocalBackend:
         A chat longer than the context is cut by ``request.context_policy`` (the oldest turns left
         out until the prompt leaves the answer its reserve); what stays in the target's KV cache is
         reused by the loop's ``keep_prefix``: the kept start (system prompt, and the first exchange
-        under truncate-middle), while the turns after a cut are prefilled again."""
+        under truncate-middle), and the turns after a cut by a context shift where the model can
+        shift (:meth:`~specchat.engine.runtime.LoadedModel.keep_prefix`), else prefilled again."""
         budget = self.pair.target.n_ctx - reserve(self.pair.target.n_ctx, request.max_tokens)
         try:
             fitted = fit_messages(

@@ -237,6 +237,9 @@ class LoadedModel:
         self.can_trim: bool = not (
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
+        # a context shift (drop a block, move what follows back) needs positions that can move: not
+        # on recurrent or hybrid models, nor where llama.cpp says this memory cannot shift (M-RoPE)
+        self.can_shift: bool = self.can_trim and bool(llama_cpp.llama_memory_can_shift(self._mem))
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self._batch = self._handles.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what sits in the KV cache, in order
@@ -377,17 +380,37 @@ class LoadedModel:
             raise LlamaError(f"{self.path.name}: this model's memory cannot be partially trimmed")
         del self.tokens[n:]
 
+    def drop(self, start: int, count: int) -> None:
+        """Remove cache tokens ``[start, start + count)`` and move the ones after them back by ``count``
+        positions (llama.cpp's context shift; the moved keys are re-rotated on the next decode)."""
+        if not self.can_shift:
+            raise LlamaError(f"{self.path.name}: this model's memory cannot shift")
+        end = start + count
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, start, end):
+            raise LlamaError(f"{self.path.name}: could not drop cache tokens {start}-{end}")
+        llama_cpp.llama_memory_seq_add(self._mem, 0, end, -1, -count)
+        del self.tokens[start:end]
+
     def keep_prefix(self, tokens: list[int]) -> int:
-        """Trim the cache to its longest common prefix with ``tokens``; return its length."""
+        """Make the cache a prefix of ``tokens``, keeping as much of it as can be reused; return its length.
+
+        Usually the longest common prefix.  When ``tokens`` leaves out a block of the cache and then
+        goes on as the cache does (a long chat cut by truncate-middle or a rolling window), the block
+        is dropped and what follows is shifted back (:meth:`drop`) instead of prefilled again, where
+        the model can shift and at least :data:`SHIFT_MIN` tokens are saved.  As with llama.cpp's own
+        context shift, the kept turns keep the keys computed when the dropped ones were still there.
+        """
         n = len(self.tokens)
         # the usual case (the draft every round, a follow-up prompt): the cache is a prefix; one
         # list comparison in C instead of a Python loop over the whole context
         if len(tokens) >= n and tokens[:n] == self.tokens:
             return n
-        n = 0
-        limit = min(len(tokens), len(self.tokens))
-        while n < limit and tokens[n] == self.tokens[n]:
-            n += 1
+        n = _common_prefix(tokens, self.tokens)
+        if n < len(self.tokens) and self.can_shift:
+            gap = _gap(tokens, self.tokens, n)
+            if gap is not None:
+                self.drop(n, gap)
+                n += _common_prefix(tokens[n:], self.tokens[n:])
         if n < len(self.tokens):
             if self.can_trim:
                 self.trim(n)
@@ -421,3 +444,33 @@ class LoadedModel:
     @property
     def ctx(self) -> llama_cpp.llama_context_p | None:  # the raw context, for the sampler chain
         return self._ctx
+
+
+# A context shift is used only when it saves re-prefilling at least this many tokens: the block
+# after the gap must match this far (fewer is not worth a shift, and could be a chance match).
+SHIFT_MIN = 32
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _gap(tokens: list[int], cache: list[int], n: int) -> int | None:
+    """The length of the block of ``cache`` after its first ``n`` tokens that ``tokens`` leaves out, if
+    ``tokens[n:]`` then goes on as the cache does for :data:`SHIFT_MIN` tokens; None otherwise."""
+    want = tokens[n : n + SHIFT_MIN]
+    if len(want) < SHIFT_MIN:
+        return None
+    j = n + 1
+    while True:
+        try:
+            j = cache.index(want[0], j)  # a scan in C: the candidates, then one slice compare each
+        except ValueError:
+            return None
+        if cache[j : j + SHIFT_MIN] == want:
+            return j - n
+        j += 1
+
