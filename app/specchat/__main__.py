@@ -132,6 +132,10 @@ def unknown_command(word: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--probe-cpu-kernels"]:  # internal: the child of engine/cpu_kernels.py's probe
+        from specchat.engine.cpu_kernels_probe import main as probe_main
+
+        return probe_main(argv[1:])
     try:
         config_path, profile_dir, argv = split_global_flags(argv)
     except ValueError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 from collections.abc import Iterator
 
 
@@ -47,3 +48,18 @@ def collect_warnings() -> Iterator[list[str]]:
         yield seen
     finally:
         log.removeHandler(handler)
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a child process ended, in words: "exited with status 3", "was killed by SIGILL (illegal
+    instruction)".  For every place that reports a child's end (a crash is never just a number)."""
+    if returncode is None:
+        return "is still running"
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    what = signal.strsignal(sig) or ""
+    return f"was killed by {sig.name}" + (f" ({what.lower()})" if what else "")

@@ -10,7 +10,8 @@ environment variables what to do:
 - ``FAKE_LLAMA_LOAD_S``: seconds of 503 before 200 (default 0.3);
 - ``FAKE_LLAMA_FAIL``: a line to log before exiting 1 while "loading";
 - ``FAKE_LLAMA_CRASHES``: the first N runs (counted in the state dir) crash
-  ``FAKE_LLAMA_CRASH_AFTER_S`` (default 0.3) seconds after they are ready;
+  ``FAKE_LLAMA_CRASH_AFTER_S`` (default 0.3) seconds after they are ready: exit 134 after a
+  GGML_ASSERT line, or killed by ``FAKE_LLAMA_CRASH_SIGNAL`` (e.g. SIGILL) where that is set;
 - ``FAKE_LLAMA_IGNORE_TERM``: ignore SIGTERM (only SIGKILL ends it);
 - ``FAKE_LLAMA_OMIT``: comma-separated flags whose options the help leaves out.
 """
@@ -40,6 +41,8 @@ HELP = """\
 -ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
                                         'auto', or 'all' (default: auto)
                                         (env: LLAMA_ARG_N_GPU_LAYERS)
+-nr,   --repack, --no-repack            whether to enable weight repacking (default: enabled)
+                                        (env: LLAMA_ARG_REPACK)
 -m,    --model FNAME                    model path to load
                                         (env: LLAMA_ARG_MODEL)
 
@@ -172,6 +175,10 @@ def main(argv: list[str]) -> int:
     crashes = int(os.environ.get("FAKE_LLAMA_CRASHES", "0"))
     if run_number <= crashes:
         time.sleep(float(os.environ.get("FAKE_LLAMA_CRASH_AFTER_S", "0.3")))
+        sig = os.environ.get("FAKE_LLAMA_CRASH_SIGNAL")
+        if sig:  # a native fault: the process dies from the signal itself, with no word
+            signal.signal(getattr(signal, sig), signal.SIG_DFL)
+            os.kill(os.getpid(), getattr(signal, sig))
         log("/src/ggml/src/ggml.c:1234: GGML_ASSERT(ctx->mem_buffer != NULL) failed")
         os._exit(134)
     while True:

@@ -316,7 +316,7 @@ def test_a_crashed_server_is_restarted_on_the_same_port_and_is_healthy_again(fak
         assert wait_for(lambda: states.names.count("ready") == 2)
         assert states.names == ["starting", "ready", "crashed", "restarting", "ready"]
         crashed = dict(states.seen)["crashed"]
-        assert "exit 134" in crashed and "GGML_ASSERT" in crashed
+        assert "exited with status 134" in crashed and "GGML_ASSERT" in crashed
         first, second = runs(fake_llama_server)
         assert first["port"] == second["port"] and server.url == url
         assert health(url).status_code == 200 and server.pid == second["pid"]
@@ -325,6 +325,36 @@ def test_a_crashed_server_is_restarted_on_the_same_port_and_is_healthy_again(fak
     finally:
         server.stop()
     assert states.names[-1] == "stopped"
+
+
+def test_a_server_killed_by_a_native_fault_is_reported_with_its_signal(fake_llama_server, models, tmp_path,
+                                                                       monkeypatch):
+    """A SIGILL (a kernel the CPU cannot run) leaves no log line: the state says which signal, in words."""
+    monkeypatch.setenv("FAKE_LLAMA_CRASHES", "1")
+    monkeypatch.setenv("FAKE_LLAMA_CRASH_SIGNAL", "SIGILL")
+    states = States()
+    server = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path, on_state=states)
+    try:
+        server.start(timeout_s=30)
+        assert wait_for(lambda: states.names.count("ready") == 2)
+        crashed = dict(states.seen)["crashed"]
+        assert "was killed by SIGILL (illegal instruction)" in crashed and "\n" not in crashed
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("extra_buffers", [True, False])
+def test_where_the_cpu_probe_found_faulting_kernels_the_server_gets_no_repack(fake_llama_server, models, tmp_path,
+                                                                             monkeypatch, extra_buffers):
+    """The verdict of engine/cpu_kernels.py reaches llama-server as --no-repack (the same switch as a local
+    load's use_extra_bufts); where the kernels run, the command line is llama.cpp's default."""
+    from specchat.engine import cpu_kernels
+
+    monkeypatch.delenv(cpu_kernels.ENV, raising=False)
+    monkeypatch.setattr(cpu_kernels, "_verdict", cpu_kernels.CpuVerdict(
+        "runs" if extra_buffers else "faults", extra_buffers, ("AMX", "CPU_REPACK"), "" if extra_buffers else "SIGILL"))
+    argv = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path).command(8080)
+    assert ("--no-repack" in argv) is (not extra_buffers)
 
 
 def test_a_server_crashing_more_than_three_times_a_minute_is_given_up(fake_llama_server, models, tmp_path,

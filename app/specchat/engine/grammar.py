@@ -67,6 +67,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from specchat.errors import exit_description
+
 from .chat import MAX_RENDER_MEMORY, _Interrupt, _watched
 from .runtime import init_backend
 from .settings import MAX_STRUCTURED_BYTES, GrammarError, Structured, StructuredOutput
@@ -518,7 +520,7 @@ def _check_in_child_process(kind: str, text: str, name: str, cancelled: Any) -> 
     if answer.get("limit") == "memory" or child.returncode in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
         raise GrammarError(f"{name} is too costly: its check used over {CHECK_MEMORY >> 20} MiB; "
                            "simplify its repetitions")
-    raise GrammarError(f"the check of {name} failed (its process ended with status {child.returncode})")
+    raise GrammarError(f"the check of {name} failed (its process {exit_description(child.returncode)})")
 
 
 def parse_check(text: str, name: str = "the grammar") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 import traceback
 import weakref
@@ -21,6 +22,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from specchat.engine import cpu_kernels
 from specchat.errors import UserError
 from specchat.models.gguf_header import GGUFError, validate_file
 
@@ -35,7 +37,9 @@ class LoadCancelled(LlamaError):
 
 _log_lock = threading.Lock()
 _last_log: list[str] = []
-_LOG_KEEP = 40
+_LOG_KEEP = 200
+_log_count = 0  # lines seen so far: a load reads the lines after its start (:func:`_log_since`)
+_BUFFER_LINE = re.compile(r"\b([A-Za-z0-9_]+) model buffer size")
 
 
 @llama_cpp.llama_log_callback
@@ -46,9 +50,23 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     except Exception:  # pragma: no cover - never raise into C
         return
     if line:
+        global _log_count
         with _log_lock:
             _last_log.append(line)
             del _last_log[:-_LOG_KEEP]
+            _log_count += 1
+
+
+def _log_mark() -> int:
+    with _log_lock:
+        return _log_count
+
+
+def _log_since(mark: int) -> list[str]:
+    """The lines llama.cpp logged after :func:`_log_mark` said ``mark`` (as many as are still kept)."""
+    with _log_lock:
+        n = min(_log_count - mark, len(_last_log))
+        return list(_last_log[len(_last_log) - n:]) if n > 0 else []
 
 
 _backend_ready = False
@@ -155,6 +173,9 @@ class ModelOptions:
     n_batch: int = 512
     n_ubatch: int = 512
     flash_attn: bool | None = None  # None: llama.cpp decides
+    # llama.cpp's extra buffer types for CPU weights (AMX, repacked layouts); None: what this machine's
+    # probe found runs (engine/cpu_kernels.py: AMX faults on some virtual machines)
+    extra_buffers: bool | None = None
 
 
 class LoadedModel:
@@ -175,8 +196,18 @@ class LoadedModel:
             raise LlamaError(str(exc)) from None
         if cancelled is not None and cancelled():
             raise LoadCancelled(f"{self.path.name}: loading was cancelled")
+        extra = options.extra_buffers
+        if extra is None:
+            try:
+                extra = cpu_kernels.extra_buffers()
+            except cpu_kernels.CpuKernelError as exc:
+                raise LlamaError(str(exc)) from None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers if options.n_gpu_layers >= 0 else 999
+        if hasattr(mparams, "use_extra_bufts"):
+            mparams.use_extra_bufts = extra
+        self.extra_buffers: bool = extra
+        mark = _log_mark()
         if cancelled is not None or progress is not None:
             # llama.cpp aborts the load when the progress callback returns false; the ctypes
             # callback object must outlive the call
@@ -195,6 +226,9 @@ class LoadedModel:
         if not self._model:
             why = last_log_error()
             raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))
+        # where llama.cpp put the weights ("CPU_Mapped", "CPU_REPACK", "AMX", "CUDA0"), from its load log
+        self.buffer_types: tuple[str, ...] = tuple(dict.fromkeys(
+            m.group(1) for line in _log_since(mark) if (m := _BUFFER_LINE.search(line))))
         self._ctx: llama_cpp.llama_context_p | None = None
         self._batch: llama_cpp.llama_batch | None = None
         # its decodes replay CUDA graphs: the loop keeps the shapes it feeds it (engine/shapes.py)

@@ -34,7 +34,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from specchat.cancel import CancelToken, start_daemon
-from specchat.errors import one_line
+from specchat.engine import cpu_kernels
+from specchat.errors import exit_description, one_line
 from specchat.files import write_text_atomically
 from specchat.remote.build import ACCELS, cached_build, default_build_root
 from specchat.remote.errors import ServerError
@@ -143,7 +144,7 @@ def server_help(binary: Path) -> ServerHelp:
             return _help_cache[key]
     rc, text = _run_capped([str(path), "--help"], HELP_TIMEOUT_S, HELP_MAX_BYTES, path)
     if rc != 0:
-        raise ServerError(f"llama-server {path}: --help failed (exit {rc}): {_last_meaningful(text)}")
+        raise ServerError(f"llama-server {path}: --help failed (it {exit_description(rc)}): {_last_meaningful(text)}")
     result = parse_help(text, path)
     if not result.supports("--port") or not result.supports("-m"):
         raise ServerError(f"{path} does not look like llama-server (its --help lists no --port or -m); "
@@ -315,6 +316,7 @@ class ManagedServer:
         if self.n_max is not None:
             args += [_spelling(h, "--spec-draft-n-max"), str(self.n_max)]
         args += [_spelling(h, "--metrics"), _spelling(h, "-c", "--ctx-size"), str(self.n_ctx)]
+        args += cpu_kernels.server_args(h.flags)  # --no-repack where llama.cpp's extra CPU kernels fault
         if self.threads is not None:
             args += [_spelling(h, "-t", "--threads"), str(self.threads)]
         if self.gpu_layers is not None:
@@ -452,7 +454,7 @@ class ManagedServer:
             rc = self._wait_for_exit()
             if rc is None:
                 return
-            detail = f"exit {rc}: {_last_meaningful(self._log_text())}"
+            detail = f"it {exit_description(rc)}: {_last_meaningful(self._log_text())}"
             log.warning(one_line(f"llama-server for {self.target.name} crashed ({detail})"))
             self._set_state("crashed", detail)
             while True:
@@ -535,7 +537,7 @@ class ManagedServer:
                     text = self._log_text()
                     line = _last_meaningful(text)
                     err = _PortTaken if _BIND_FAILED.search(text) else ServerError
-                    raise err(f"llama-server for {self.target.name} exited while starting (exit {rc}): "
+                    raise err(f"llama-server for {self.target.name} exited while starting (it {exit_description(rc)}): "
                               f"{line}; see {self.log_path}")
                 if ok:
                     return
