@@ -35,6 +35,7 @@ UI_ALLOWED = (
     "specchat.modes",
     "specchat.context_policy",  # the policies a chat picks for a conversation past the context
     "specchat.files",
+    "specchat.native_work",  # the record of native work under way, read at the next start
     "specchat.pair_loading",
     "specchat.engine",  # the package's public events and settings (its __init__)
     "specchat.engine.events",

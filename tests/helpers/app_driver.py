@@ -35,11 +35,13 @@ class FakeApp:
     def store(self):
         return self.session.store
 
-    def start(self, qtbot, *, window_state=None, pair_factory=None) -> AppSession:
+    def start(self, qtbot, *, window_state=None, pair_factory=None, **session_options) -> AppSession:
+        """``session_options``: more of AppSession's keywords (``last_crash``, ``work``)."""
         profile = Profile.at(self.root)
         store = open_store(profile.database)
         self.session = AppSession(store, AppConfig(profile.config_file), Registry(profile.registry), profile=profile,
-                                  pair_factory=pair_factory or self.factory, nice=0, window_state=window_state)
+                                  pair_factory=pair_factory or self.factory, nice=0, window_state=window_state,
+                                  **session_options)
         qtbot.addWidget(self.session.window)
         self.session.window.show()
         return self.session

@@ -305,6 +305,18 @@ def verdict(*, refresh: bool = False) -> CpuVerdict:
         return found
 
 
+def known() -> CpuVerdict | None:
+    """The verdict if one is at hand (this process's, the environment's or the kept one), never probing:
+    for the About box, which must not wait on a child process."""
+    forced = _forced()
+    if forced is not None:
+        return forced
+    with _lock:
+        if _verdict is not None:
+            return _verdict
+    return _read_kept(cache_file(), machine_key())
+
+
 def forget() -> None:
     """Drop the kept verdict (after a crash in llama.cpp: the next load probes again)."""
     global _verdict

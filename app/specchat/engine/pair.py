@@ -49,6 +49,11 @@ class PairConfig:
         return self.target.name
 
     @property
+    def native_files(self) -> tuple[Path, ...]:
+        """Model files llama.cpp runs in this process for this pair (app/specchat/native_work.py)."""
+        return (self.target,) if self.draft is None else (self.target, self.draft)
+
+    @property
     def opens(self) -> PairConfig:
         """What opening this pair depends on: configs that differ only in the controller's live
         fields open the same pair (the live fields come with each answer: SpeculativePair.retune)."""

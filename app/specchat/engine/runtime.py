@@ -128,10 +128,13 @@ def backend_info() -> dict[str, str]:
     for tag, name in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"), ("SYCL", "SYCL")):
         if tag in system.upper():
             names.append(name)
+    kernels = cpu_kernels.known()
     return {
         "llama_cpp_python": llama_cpp.__version__,
         "backend": "+".join(names) if gpu and names else ("GPU" if gpu else "CPU"),
         "system_info": system.strip(),
+        # what the CPU probe found (engine/cpu_kernels.py); it runs before the first model loads
+        "cpu_kernels": kernels.line() if kernels is not None else "llama.cpp's CPU kernels: checked at the first load",
     }
 
 

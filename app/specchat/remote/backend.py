@@ -65,6 +65,11 @@ class RemoteConfig:
         return self
 
     @property
+    def native_files(self) -> tuple[Path, ...]:
+        """Model files llama.cpp runs in this process for it: none (a server runs its own)."""
+        return ()
+
+    @property
     def label(self) -> str:
         if self.managed is not None:
             return f"llama-server on this machine ({self.managed.spec_type})"

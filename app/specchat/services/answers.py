@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -148,6 +149,7 @@ class AnswerService(QObject):
         self._current: LiveAnswer | None = None
         self._loaded: BackendConfig | None = None
         self._loading: BackendConfig | None = None
+        self._held: tuple[Path, ...] = ()  # a pair the last run died in: loaded only when an answer asks
         self.pair_info: PairInfo | None = None
         self.load_progress: LoadProgress | None = None  # the load under way's last step (None: none told yet)
         self._closed = False
@@ -219,7 +221,8 @@ class AnswerService(QObject):
         self._pump()
 
     def preload(self, settings: ChatSettings) -> None:
-        """Load the pair a chat uses, so its first answer starts at once (only while idle)."""
+        """Load the pair a chat uses, so its first answer starts at once (only while idle; never the
+        pair held back by :meth:`hold_back`)."""
         if self._current is not None or self._queue or (settings.target is None and not settings.backend) \
                 or self._closed:
             return
@@ -228,7 +231,14 @@ class AnswerService(QObject):
         except ValueError as exc:
             self.pairFailed.emit(str(exc))
             return
+        if self._held and config.native_files == self._held:
+            return
         self._load(config)
+
+    def hold_back(self, files: tuple[Path, ...]) -> None:
+        """Never preload the pair of these model files (the last run crashed in it): it loads when an
+        answer asks for it, the user's own choice."""
+        self._held = tuple(files)
 
     def reload(self, settings: ChatSettings | None) -> None:
         """The app settings changed: the pair is loaded again with them (now if idle)."""
@@ -278,6 +288,8 @@ class AnswerService(QObject):
                 self._fail(live, str(exc))
                 continue
             live.controller = config.controller
+            if config.native_files == self._held:
+                self._held = ()  # asked for: the user chose to load it again
             if _same(config, self._loaded) and self.pair_info is not None:
                 self._start(live)
             else:

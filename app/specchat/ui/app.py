@@ -5,7 +5,9 @@
    problem is one dialog (and one stderr line) that names the file and what to do; the
    file is never overwritten; exit 2.  A damaged database can be moved aside (renamed
    with a timestamp) to start fresh.
-3. Only then the worker threads start (an :class:`AppSession`), and the window shows.
+3. What the last run left if it crashed (:mod:`specchat.native_work`: its pair is not preloaded),
+   this run's crash log; only then the worker threads start (an :class:`AppSession`), and the
+   window shows.
 
 Nothing before step 3 starts a thread, so no error path can end in Qt's
 "QThread: Destroyed while thread is still running" abort.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from specchat.errors import collect_warnings
 from specchat.files import move_aside
+from specchat.native_work import NativeWork, enable_crash_log, read_last_crash
 from specchat.profile import Profile
 
 if TYPE_CHECKING:
@@ -111,11 +114,17 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
         for text in repaired:
             _say(prompt, text, (CONTINUE,))
 
-        # 3. the threads, then the window
+        # 3. how the last run ended (a crash in llama.cpp leaves its record), this run's crash log, the
+        # threads, then the window
+        last_crash = read_last_crash(profile.data_dir)
+        if last_crash is not None:
+            print(f"specchat: {last_crash.line()}", file=sys.stderr)
+        enable_crash_log(profile.data_dir)
         apply_theme(str(config["theme"]))
         session = AppSession(store, config, registry, profile=profile,
                              window_state=QSettings(str(profile.config_dir / "window.ini"),
-                                                    QSettings.Format.IniFormat))
+                                                    QSettings.Format.IniFormat),
+                             last_crash=last_crash, work=NativeWork(profile.data_dir))
         session.window.show()
         try:
             return app.exec()

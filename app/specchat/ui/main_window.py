@@ -8,6 +8,7 @@ it is given.
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Protocol
 
 import psutil
@@ -40,6 +41,7 @@ from .undo_bar import UndoBar
 if TYPE_CHECKING:
     from specchat.config import AppConfig, ConfigChange
     from specchat.models.registry import Registry
+    from specchat.native_work import LastCrash
     from specchat.profile import Profile
     from specchat.services.answers import AnswerService
     from specchat.services.download import DownloadService
@@ -64,6 +66,7 @@ class WindowSession(Protocol):
     hub: HubTasks
     tasks: TaskRunner  # local work off the GUI thread: llama-server --help, GGUF headers
     profile: Profile
+    last_crash: LastCrash | None  # how the last run ended, when it crashed (its pair is not preloaded)
 
     def set_config(self, config: AppConfig) -> ConfigChange: ...
 
@@ -136,6 +139,8 @@ class MainWindow(QMainWindow):
         self._memory_timer.start()
         self._open_newest()
         self._first_run_hint()
+        if session.last_crash is not None:  # its pair was held back: say why nothing loads by itself
+            self.pane.show_notice(session.last_crash.line(), error=True)
         self._restore_window_state()
 
     @property
@@ -399,7 +404,8 @@ class MainWindow(QMainWindow):
         info = backend_info()
         QMessageBox.about(self, "About SpecChat",
                           f"<b>SpecChat {__version__}</b><br>llama-cpp-python {info['llama_cpp_python']}"
-                          f"<br>backend: {info['backend']}<br><small>{info['system_info']}</small>")
+                          f"<br>backend: {info['backend']}<br>{html.escape(info['cpu_kernels'])}"
+                          f"<br><small>{info['system_info']}</small>")
 
     # -- misc ------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ def run_self_test(argv: list[str]) -> int:
     from specchat.models.registry import Registry
     from specchat.profile import Profile
     from specchat.store import ChatSettings, open_store
-    from specchat.workers.generation import backend_info
+    from specchat.workers.generation import backend_info, cpu_kernel_verdict
 
     from .session import AppSession
 
@@ -52,6 +52,8 @@ def run_self_test(argv: list[str]) -> int:
     check(True, f"Qt {app.platformName()} platform plugin")
     info = backend_info()
     check(True, f"llama.cpp loaded: {info['backend']} backend")
+    kernels = cpu_kernel_verdict()  # a child process decodes a batch (once per build and CPU): never this one
+    check(kernels.state != "broken", kernels.line())
     check(native_loaded_first(), "llama.cpp's library loaded before numpy (numpy first crashes a CUDA model load)")
     store = open_store(Profile.at(tmp).database)
     if model is not None:

@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings
 from specchat.config import CONTROLLER_KEYS, AppConfig, ConfigChange, as_int
 from specchat.engine.pair import PairConfig
 from specchat.models.registry import Registry, RegistryError
+from specchat.native_work import LastCrash, NativeWork
 from specchat.pair_loading import pair_config, record_last_pair
 from specchat.profile import Profile
 from specchat.remote.backend import MANAGED, ManagedSpec, RemoteConfig
@@ -26,7 +27,7 @@ from specchat.services.settings import SettingsHolder
 from specchat.store import ChatSettings, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.samplers import MemorySampler
-from specchat.workers.generation import GenerationService, PairFactory, load_pair
+from specchat.workers.generation import GenerationService, PairFactory, forget_cpu_kernels, load_pair
 from specchat.workers.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,10 @@ class AppSession:
 
     def __init__(self, store: Store, config: AppConfig, registry: Registry, *, profile: Profile,
                  pair_factory: PairFactory = load_pair, window_state: QSettings | None = None,
-                 sampler: MemorySampler | None = None, nice: int | None = None) -> None:
+                 sampler: MemorySampler | None = None, nice: int | None = None,
+                 last_crash: LastCrash | None = None, work: NativeWork | None = None) -> None:
+        """``last_crash``: how the last run ended when it did not close (app/specchat/native_work.py): its
+        pair is not preloaded and the CPU probe asks again; ``work``: where this run records its native work."""
         from .main_window import MainWindow
 
         self.store = store
@@ -49,12 +53,17 @@ class AppSession:
         self.registry = registry
         self.profile = profile
         self.recorder = TelemetryRecorder(settings=config.controller())
-        self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice)
+        self.last_crash = last_crash
+        self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice,
+                                            work=work)
         self.downloads = DownloadService()
         self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
         self.tasks = TaskRunner()  # the dialogs' local work: llama-server --help, GGUF headers
         self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
         self.answers.pairLoaded.connect(self._remember_pair)
+        if last_crash is not None and last_crash.files:
+            forget_cpu_kernels()  # the kernels it trusted may be why: the next load probes them again
+            self.answers.hold_back(last_crash.files)
         self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
         self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False

@@ -18,25 +18,30 @@ import os
 import sys
 import threading
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specchat.backend import AnswerRequest, Backend, PairInfo, Started
 from specchat.backends import BackendConfig, BackendFactory, backend_factory
 from specchat.engine import Done, Error, StopReason
+from specchat.engine.cpu_kernels import forget as forget_cpu_kernels
+from specchat.engine.cpu_kernels import verdict as cpu_kernel_verdict
 from specchat.engine.events import GenerationStats
 from specchat.engine.local import PairFactory, load_pair
 from specchat.engine.pair import CancelToken
 from specchat.engine.progress import Throttle
 from specchat.engine.runtime import LoadCancelled, backend_info
 from specchat.errors import UserError, one_line
+from specchat.native_work import NativeWork
 
 from .threads import end_thread, start_thread
 
 # what the window and the tests take from here (the ui never imports the engine's runtime itself)
-__all__ = ["GenerationService", "GenerationWorker", "PairFactory", "PairInfo", "Started", "backend_info", "load_pair",
-           "lower_this_threads_priority"]
+__all__ = ["GenerationService", "GenerationWorker", "PairFactory", "PairInfo", "Started", "backend_info",
+           "cpu_kernel_verdict", "forget_cpu_kernels", "load_pair", "lower_this_threads_priority"]
 
 
 def lower_this_threads_priority(nice: int) -> bool:
@@ -68,11 +73,18 @@ class GenerationWorker(QObject):
     # not "event": that name is QObject.event(), the virtual through which Qt delivers every event
     engineEvent = Signal(int, object)  # request id, engine event or Started
 
-    def __init__(self, open_backend: BackendFactory, nice: int = 0) -> None:
+    def __init__(self, open_backend: BackendFactory, nice: int = 0, work: NativeWork | None = None) -> None:
         super().__init__()
         self._open = open_backend
         self._backend: Backend | None = None
+        self._files: tuple[Path, ...] = ()  # the loaded backend's model files that llama.cpp runs here
+        self._label = ""
         self._nice = nice
+        self._work = work
+
+    def _running(self, what: str, label: str, files: tuple[Path, ...]) -> AbstractContextManager[None]:
+        """Native work recorded while it runs, so that a crash in it is known at the next start."""
+        return self._work.running(what, label, files) if self._work is not None else nullcontext()
 
     @Slot()
     def lower_priority(self) -> None:
@@ -87,7 +99,8 @@ class GenerationWorker(QObject):
         if cancel.cancelled:  # a newer load is queued behind this one, or the app is closing
             return
         try:
-            backend = self._open(config, cancel, Throttle(partial(self.loadProgress.emit, load_id)))
+            with self._running("load", config.label, config.native_files):
+                backend = self._open(config, cancel, Throttle(partial(self.loadProgress.emit, load_id)))
         except LoadCancelled:
             return
         except UserError as exc:  # one line naming the file or the server
@@ -99,6 +112,7 @@ class GenerationWorker(QObject):
             self.pairFailed.emit(f"could not open {config.label}: {one_line(str(exc)) or type(exc).__name__}")
             return
         self._backend = backend
+        self._files, self._label = config.native_files, config.label
         if cancel.cancelled:  # given up while the last step ran: never report a superseded backend
             self.unload()
             return
@@ -120,8 +134,9 @@ class GenerationWorker(QObject):
             self._fail(rid, "no model is loaded: pick a model pair first")
             return
         try:
-            for ev in self._backend.answer(request, cancel):
-                self.engineEvent.emit(rid, ev)
+            with self._running("answer", self._label, self._files):
+                for ev in self._backend.answer(request, cancel):
+                    self.engineEvent.emit(rid, ev)
         except UserError as exc:  # the template failed: one line naming the model, the pair stays usable
             self._fail(rid, str(exc))
         except Exception as exc:  # every worker exception becomes an error event
@@ -155,10 +170,11 @@ class GenerationService(QObject):
     _unload = Signal()
 
     def __init__(self, pair_factory: PairFactory = load_pair, parent: QObject | None = None, *, nice: int = 0,
-                 open_backend: BackendFactory | None = None) -> None:
+                 open_backend: BackendFactory | None = None, work: NativeWork | None = None) -> None:
         """``pair_factory`` makes the local pairs (tests give a fake one); ``open_backend`` replaces the
         whole factory of backends; ``nice``: how far decoding yields the CPU to the window (the
-        ``decode_nice`` setting)."""
+        ``decode_nice`` setting); ``work``: where native work under way is recorded (the app's; none in
+        most tests)."""
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._cancel: CancelToken | None = None
@@ -168,7 +184,7 @@ class GenerationService(QObject):
         self.current_load = 0
         self._thread = QThread()
         self._thread.setObjectName("specchat-generation")
-        self._worker = GenerationWorker(open_backend or backend_factory(pair_factory), nice)
+        self._worker = GenerationWorker(open_backend or backend_factory(pair_factory), nice, work)
         self._worker.moveToThread(self._thread)
         self._thread.finished.connect(self._worker.deleteLater)  # deleted in its own thread
         self._load.connect(self._worker.load)
