@@ -1262,14 +1262,25 @@ LOCAL_MODES = ("baseline", "draft", "lookup", "auto")
 SERVER_N_MAX = (3, 8)  # llama-server's draft-simple default (3) and a longer draft
 
 
+def server_contenders(cpu: bool) -> list[tuple[str, int | None]]:
+    """llama-server's speculative contenders, as (spec type, n_max): draft-simple at each n_max and
+    ngram-mod, llama.cpp's best draft-free mode.  On a CPU draft-simple runs at its default only: every
+    server holds its own repacked copy of the target (4.4 GB for the 7B shape) in a 24 GB machine."""
+    return [("draft-simple", n) for n in (SERVER_N_MAX[:1] if cpu else SERVER_N_MAX)] + [("ngram-mod", None)]
+
+
 def run_llama_bench(binary: Path, model: Path, *, cpu: bool, depth: int, reps: int, n_gen: int,
                     pp: Sequence[int]) -> list[dict[str, Any]]:
     """llama-bench's JSON rows: tg ``n_gen`` and pp of each size, at ``depth`` tokens in the cache."""
     cmd = [str(binary), "-m", str(model), "-d", str(depth), "-n", str(n_gen), "-p", ",".join(map(str, pp)),
            "-r", str(reps), "-o", "json", "-ngl", "0" if cpu else "99"]
+    from specchat.engine import cpu_kernels
+    from specchat.errors import exit_description
+
+    cmd += cpu_kernels.server_args(frozenset({"--repack"}))  # llama-bench's switch, where the probe found a fault
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if res.returncode != 0:
-        raise SystemExit(f"llama-bench failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"llama-bench {exit_description(res.returncode)}: {res.stderr.strip().splitlines()[-1:]}")
     return [{k: row.get(k) for k in ("n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns")}
             for row in json.loads(res.stdout)]
 
@@ -1314,14 +1325,17 @@ def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool,
                 repeat: int, tasks: str, site: Path) -> Path:
     """One interleaved ``specchat bench``: SpecChat in every mode, llama-server with draft-simple at each
     n_max and plain, on the same prompts; returns its JSON."""
+    from specchat.errors import exit_description
     from specchat.remote.llama_server import ManagedServer
 
     draft = pairs.drafts[alpha]
     gpu_layers = 0 if cpu else -1
     draft_layers = () if cpu else ("-ngld", "99")
     logs = out / "logs" / f"a{alpha:g}"
-    servers = [ManagedServer(server, pairs.target, draft, n_max=n, gpu_layers=gpu_layers, extra_args=draft_layers,
-                             log_dir=logs / f"n{n}") for n in SERVER_N_MAX]
+    servers = [ManagedServer(server, pairs.target, draft if kind == "draft-simple" else None, spec_type=kind,
+                             n_max=n, gpu_layers=gpu_layers,
+                             extra_args=draft_layers if kind == "draft-simple" else (),
+                             log_dir=logs / (f"n{n}" if n else kind)) for kind, n in server_contenders(cpu)]
     servers.append(ManagedServer(server, pairs.target, gpu_layers=gpu_layers, log_dir=logs / "plain"))
     json_path = out / f"bench-a{alpha:g}.json"
     try:
@@ -1334,33 +1348,35 @@ def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool,
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
                                                                        str(ROOT / "app")) if p))
         print(f"  alpha {alpha:g}: specchat bench ({', '.join(LOCAL_MODES)}) beside llama-server "
-              f"(draft-simple n_max {', '.join(map(str, SERVER_N_MAX))}, and plain)", flush=True)
+              f"({', '.join(contender_names(cpu)[k] for k in contender_names(cpu) if k.startswith('server'))})",
+              flush=True)
         with (logs / "bench.log").open("w") as log:
             rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
         if rc != 0:
             tail = (logs / "bench.log").read_text(errors="replace").strip().splitlines()[-5:]
-            raise SystemExit(f"specchat bench failed ({rc}) at alpha {alpha:g}: " + " | ".join(tail))
+            raise SystemExit(f"specchat bench {exit_description(rc)} at alpha {alpha:g}: " + " | ".join(tail))
     finally:
         for s in servers:
             s.stop()
     return json_path
 
 
-def contender_names() -> dict[str, str]:
+def contender_names(cpu: bool) -> dict[str, str]:
+    """The bench's contender keys (its --server URLs are "server", "server-2", ...) in words."""
     names = {m: f"SpecChat {'plain' if m == 'baseline' else m}" for m in LOCAL_MODES}
-    for i, n in enumerate(SERVER_N_MAX):
-        names["server" if i == 0 else f"server-{i + 1}"] = f"llama-server draft-simple (n_max {n})"
+    for i, (kind, n) in enumerate(server_contenders(cpu)):
+        names["server" if i == 0 else f"server-{i + 1}"] = f"llama-server {kind}" + (f" (n_max {n})" if n else "")
     names["server-plain"] = "llama-server plain"
     return names
 
 
-def bench_table(doc: dict[str, Any]) -> list[str]:
+def bench_table(doc: dict[str, Any], cpu: bool) -> list[str]:
     """The markdown rows of one alpha's bench (every prompt pooled), x SpecChat plain."""
     from specchat.harness.bench import BenchRun, median_runs, summarize
     from specchat.metrics import Counts
 
     runs = [BenchRun.from_json(r) for r in doc["runs"]]
-    names = contender_names()
+    names = contender_names(cpu)
     labels = [k for k in names if any(r.mode == k for r in runs)]
     rows = {r.mode: r for r in summarize(runs, labels, base="baseline") if r.task == "all"}
     med = median_runs(runs)
@@ -1417,7 +1433,7 @@ def report(result: dict[str, Any]) -> str:
                   "", f"A 1-token decode and its choice, {result['sampling']['tokens']} tokens, medians; "
                   "host is the loop's way (with its p_min test).", "", backend_sampling.table(result["sampling"]), ""]
     for alpha, doc in result["bench"].items():
-        lines += [f"## alpha {alpha}", "", *bench_table(doc), ""]
+        lines += [f"## alpha {alpha}", "", *bench_table(doc, result.get("cpu", False)), ""]
     return "\n".join(lines)
 
 
@@ -1464,7 +1480,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                            repeat=args.repeat, tasks=args.tasks, site=args.site)
         bench[f"{alpha:g}"] = json.loads(path.read_text())
     target_shape, draft_shape = SHAPES[args.shape]
-    result = {"hardware": hardware_name(args.cpu), "date": _dt.date.today().isoformat(),
+    result = {"hardware": hardware_name(args.cpu), "cpu": args.cpu, "date": _dt.date.today().isoformat(),
               "llama_cpp_python": llama_cpp.__version__, "backend": backend_info()["backend"],
               "shape": args.shape, "target": f"{target_shape.name} {'F16' if args.f16 else 'Q4_K_M'}",
               "draft": f"{draft_shape.name} {'F16' if args.f16 else 'Q4_K_M'}", "depth": args.depth,
