@@ -41,7 +41,7 @@ HELP = """\
 -ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
                                         'auto', or 'all' (default: auto)
                                         (env: LLAMA_ARG_N_GPU_LAYERS)
--nr,   --repack, --no-repack            whether to enable weight repacking (default: enabled)
+--repack, -nr, --no-repack              whether to enable weight repacking (default: enabled)
                                         (env: LLAMA_ARG_REPACK)
 -m,    --model FNAME                    model path to load
                                         (env: LLAMA_ARG_MODEL)

@@ -171,3 +171,34 @@ def test_a_wrong_api_key_is_one_line_and_the_right_one_works(llama_server_binary
             assert client.probe().engine == "llama.cpp"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("extra_buffers", [False, True])
+def test_the_cpu_kernel_verdict_reaches_the_real_server_and_it_answers(llama_server_binary, qwen_draft, tmp_path,
+                                                                       monkeypatch, extra_buffers):
+    """Where the probe found llama.cpp's extra CPU kernels fault (AMX on some virtual machines), the real
+    llama-server runs with --no-repack: its log shows no repacked weights, and it answers a prompt longer
+    than one token (the batch that faulted).  Where they run, it is llama.cpp's default."""
+    from specchat.engine import cpu_kernels
+
+    monkeypatch.delenv(cpu_kernels.ENV, raising=False)
+    real = cpu_kernels.verdict()
+    if extra_buffers and not real.extra_buffers:
+        pytest.skip(f"this machine's kernels fault: {real.line()}")
+    monkeypatch.setattr(cpu_kernels, "_verdict", cpu_kernels.CpuVerdict(
+        "runs" if extra_buffers else "faults", extra_buffers, ("AMX",), "" if extra_buffers else "SIGILL"))
+    # -lv 4: llama.cpp's load lines (where the weights went) reach the server's log
+    server = ManagedServer(llama_server_binary, qwen_draft, n_ctx=512, threads=2, log_dir=tmp_path,
+                           extra_args=("-lv", "4"))
+    url = server.start(timeout_s=300)
+    backend = connect(url)
+    try:
+        events = list(answer(backend, max_tokens=8))
+        assert isinstance(events[-1], Done) and events[-1].stop_reason is not StopReason.ERROR
+        log = server.log_path.read_text(errors="replace")
+        assert "CPU_Mapped model buffer" in log
+        assert ("CPU_REPACK model buffer" in log) is (extra_buffers and "CPU_REPACK" in real.buffers)
+        assert ("AMX model buffer" in log) is (extra_buffers and "AMX" in real.buffers)
+    finally:
+        backend.close()
+        server.stop()
