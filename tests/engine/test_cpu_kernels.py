@@ -9,12 +9,13 @@ signal at the same step; the real child (real llama.cpp, a tiny model it writes)
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from specchat.engine import cpu_kernels
+from specchat.engine import amx_off, cpu_kernels
 from specchat.engine.cpu_kernels import CpuVerdict
 from specchat.errors import exit_description
 
@@ -24,12 +25,14 @@ mode, work = sys.argv[1], sys.argv[2]
 def say(**m):
     print(json.dumps(m), flush=True)
 fault = os.environ.get("FAKE_FAULT", "none")
+with open(os.path.join(os.path.dirname(__file__), "modes.txt"), "a") as f:
+    f.write(mode + "\n")
 if fault == "hang":
     import time; time.sleep(60)
 if fault == "error":
     say(error="RuntimeError: llama_model_quantize failed"); sys.exit(1)
-say(loaded="q4_0", buffers=["AMX", "CPU_REPACK"] if mode == "on" else [])
-if fault == "all" or (fault == "extra" and mode == "on"):
+say(loaded="q4_0", buffers={"on": ["AMX", "CPU_REPACK"], "noamx": ["CPU_REPACK"], "off": []}[mode])
+if fault == "all" or (fault == "extra" and mode != "off") or (fault == "amx" and mode == "on"):
     signal.signal(signal.SIGILL, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGILL)
 say(decoded="q4_0")
@@ -54,21 +57,38 @@ def fresh(monkeypatch, tmp_path):
     return kept
 
 
-def test_a_child_killed_by_sigill_with_extra_buffers_means_they_are_not_used(fake_child, monkeypatch):
+def modes(fake_child) -> list[str]:
+    return (Path(fake_child[1]).parent / "modes.txt").read_text().split()
+
+
+@pytest.mark.skipif(not amx_off.supported(), reason="AMX is refused through seccomp on Linux x86-64 only")
+def test_where_only_amx_faults_only_amx_is_refused_and_the_repacked_kernels_stay(fake_child, monkeypatch):
+    monkeypatch.setenv("FAKE_FAULT", "amx")
+    v = cpu_kernels.probe(fake_child)
+    assert modes(fake_child) == ["on", "noamx"]
+    assert (v.state, v.extra_buffers, v.amx_off, v.signal) == ("faults", True, True, "SIGILL")
+    # --self-test and the About box say it in one line, naming the kernels that fault and those kept
+    assert v.line() == ("llama.cpp's AMX kernels fault on this machine (SIGILL): not used; its other CPU kernels "
+                        "are (extra buffer types: CPU_REPACK)")
+
+
+def test_where_the_repacked_kernels_fault_too_no_extra_buffer_type_is_used(fake_child, monkeypatch):
     monkeypatch.setenv("FAKE_FAULT", "extra")
     v = cpu_kernels.probe(fake_child)
-    assert (v.state, v.extra_buffers, v.signal) == ("faults", False, "SIGILL")
+    assert modes(fake_child) == (["on", "noamx", "off"] if amx_off.supported() else ["on", "off"])
+    assert (v.state, v.extra_buffers, v.amx_off, v.signal) == ("faults", False, False, "SIGILL")
     assert v.buffers == ("AMX", "CPU_REPACK")
-    # --self-test and the About box say it in one line, naming the kernels that fault
-    assert v.line().startswith("llama.cpp's AMX kernels fault on this machine (SIGILL): not used")
+    assert v.line().startswith("llama.cpp's AMX kernels fault on this machine (SIGILL): not used (models load "
+                               "without extra buffer types; llama-server gets --no-repack)")
     assert "\n" not in v.line()
 
 
 def test_a_clean_child_means_nothing_changes(fake_child, monkeypatch):
     monkeypatch.setenv("FAKE_FAULT", "none")
     v = cpu_kernels.probe(fake_child)
-    assert (v.state, v.extra_buffers) == ("runs", True)
+    assert (v.state, v.extra_buffers, v.amx_off) == ("runs", True, False)
     assert "run here" in v.line() and "AMX" in v.line()
+    assert modes(fake_child) == ["on"]  # one child where all runs
 
 
 def test_kernels_that_fault_even_without_extra_buffers_refuse_a_load_in_one_line(fake_child, monkeypatch, fresh):
@@ -119,18 +139,25 @@ def test_the_environment_decides_without_a_probe(monkeypatch, fresh):
     assert cpu_kernels.server_args(frozenset({"--repack"})) == ["--repack", "0"]  # llama-bench's spelling
     monkeypatch.setenv(cpu_kernels.ENV, "on")
     assert cpu_kernels.extra_buffers() is True and cpu_kernels.server_args(frozenset({"--no-repack"})) == []
+    monkeypatch.setenv(cpu_kernels.ENV, "noamx")
+    v = cpu_kernels.verdict()
+    assert (v.extra_buffers, v.amx_off) == (True, True) and "AMX refused" in v.line()
 
 
 def test_the_real_child_writes_quantizes_loads_and_decodes_a_batch(tmp_path):
     """The real probe child on this machine: without extra buffer types it always finishes; with them it
     finishes or dies by a signal (the fault it is there to find), never with an error of its own."""
-    off = cpu_kernels.run_child(cpu_kernels.child_command(False, tmp_path))
+    off = cpu_kernels.run_child(cpu_kernels.child_command("off", tmp_path))
     assert off.finished, off
     assert [m.get("decoded") for m in off.said if "decoded" in m] == ["q4_0", "q8_0", "q4_k_m"]
     assert off.buffers == ()
-    on = cpu_kernels.run_child(cpu_kernels.child_command(True, tmp_path))
+    on = cpu_kernels.run_child(cpu_kernels.child_command("on", tmp_path))
     assert on.finished or (on.returncode is not None and on.returncode < 0), on
     assert not on.error
+    if amx_off.supported():  # AMX refused: the child still loads, and keeps the other extra buffer types
+        narrow = cpu_kernels.run_child(cpu_kernels.child_command("noamx", tmp_path))
+        assert narrow.finished or (narrow.returncode is not None and narrow.returncode < 0), narrow
+        assert "AMX" not in narrow.buffers
 
 
 def test_the_exit_of_a_child_is_said_in_words():
@@ -189,3 +216,38 @@ def test_a_broken_verdict_refuses_the_load_in_one_line(tiny_q4_0, monkeypatch):
                                                             "fault on this machine (SIGILL): reinstall it"))
     with pytest.raises(LlamaError, match="reinstall it"):
         LoadedModel(tiny_q4_0, ModelOptions(n_ctx=128, n_gpu_layers=0))
+
+
+# -- AMX refused, the rest kept (engine/amx_off.py) --------------------------------------------------
+
+AMX_OFF_CHILD = r"""
+import errno, json, subprocess, sys
+import specchat
+from specchat.engine import amx_off, cpu_kernels
+from specchat.engine.cpu_kernels import CpuVerdict
+from specchat.engine.runtime import LoadedModel, ModelOptions
+before = amx_off.tile_permission_errno()
+cpu_kernels._verdict = CpuVerdict("faults", True, ("AMX", "CPU_REPACK"), "SIGILL", "x", amx_off=True)
+with LoadedModel(sys.argv[1], ModelOptions(n_ctx=128, n_gpu_layers=0, n_batch=64)) as model:
+    model.decode(list(range(3, 35)))
+    out = {"extra": model.extra_buffers, "buffers": model.buffer_types}
+grandchild = subprocess.run([sys.executable, "-c", "from specchat.engine import amx_off; "
+                             "print(amx_off.tile_permission_errno())"], capture_output=True, text=True)
+out |= {"before": errno.errorcode.get(before, "granted"), "after": errno.errorcode.get(amx_off.tile_permission_errno()),
+        "grandchild": errno.errorcode.get(int(grandchild.stdout)), "server_args": cpu_kernels.server_args({"--no-repack"})}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not amx_off.supported(), reason="AMX is refused through seccomp on Linux x86-64 only")
+def test_an_amx_off_verdict_refuses_the_tile_permission_to_the_process_and_its_children(tiny_q4_0, tmp_path):
+    """In a child process (the refusal cannot be undone): a load under the verdict asks llama.cpp for its
+    extra buffer types and refuses AMX's tiles to this process and the processes it starts (a llama-server
+    inherits it, so it needs no --no-repack), on every CPU: granted or not before, EPERM after."""
+    proc = subprocess.run([sys.executable, "-c", AMX_OFF_CHILD, str(tiny_q4_0)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["extra"] is True and "AMX" not in out["buffers"]
+    assert out["after"] == "EPERM" and out["grandchild"] == "EPERM"
+    assert out["server_args"] == []

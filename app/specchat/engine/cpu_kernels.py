@@ -11,11 +11,16 @@ one-token decode does not touch the tiles, so a model loads and even answers "hi
 So before the first model loads, :func:`verdict` runs :mod:`.cpu_kernels_probe` in a child
 process: a tiny model written on the spot, quantized to the types those kernels take (Q4_0, Q8_0,
 Q4_K/Q6_K), loaded with the extra buffer types and fed a 32-token batch.  If the child dies from a
-signal, a second child tries the same without them.  The verdict is kept in the user cache, keyed
-by the llama.cpp build (its libraries' sizes and times) and the CPU (model name and flags), so the
-probe runs once per machine and build (about 2 s), never in the process that would crash.
+signal and AMX was in use, a second child tries again with AMX's tile permission refused
+(:mod:`.amx_off`), and if that dies too, a third without extra buffer types.  The verdict is kept in
+the user cache, keyed by the llama.cpp build (its libraries' sizes and times) and the CPU (model name
+and flags), so the probe runs once per machine and build (about 0.5 s), never in the process that
+would crash.
 
 - runs: nothing changes (llama.cpp's default, extra buffer types on);
+- faults, AMX alone: AMX's tile permission is refused in this process (a seccomp filter its children
+  inherit, so SpecChat's llama-servers too) and the repacked kernels stay: the narrowest switch
+  (turning every extra buffer type off costs 1.18-1.25x per decoded token here, docs/benchmarks.md);
 - faults: models load with ``use_extra_bufts = false`` and SpecChat's llama-servers get
   ``--no-repack`` (the same switch); the extra buffer types seen are named ("AMX faults ...");
 - broken: even plain kernels fault (a llama.cpp built for another CPU): a load is refused in one
@@ -23,7 +28,7 @@ probe runs once per machine and build (about 2 s), never in the process that wou
 - unknown: the probe could not run (a timeout, an unreadable answer); llama.cpp's default stands and
   nothing is kept, so the next start asks again.
 
-``SPECCHAT_EXTRA_BUFFERS=on|off`` decides without a probe.  This module never imports llama.cpp:
+``SPECCHAT_EXTRA_BUFFERS=on|noamx|off`` decides without a probe.  This module never imports llama.cpp:
 the server side (which must not load a model) asks it too.
 """
 
@@ -47,14 +52,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specchat.engine import amx_off
 from specchat.errors import UserError, exit_description, one_line
 from specchat.files import write_text_atomically
 
 log = logging.getLogger("specchat")
 
-ENV = "SPECCHAT_EXTRA_BUFFERS"  # on | off: skip the probe (a user's way out, and the tests')
+ENV = "SPECCHAT_EXTRA_BUFFERS"  # on | noamx | off: skip the probe (a user's way out, and the tests')
 CACHE_NAME = "cpu-kernels.json"
-FORMAT = 1  # the cache file's layout; another one is probed again
+FORMAT = 2  # the cache file's layout; another one is probed again
 PROBE_TIMEOUT_S = 180.0  # a child on a loaded two-core machine imports and probes in 2-10 s
 STATES = ("runs", "faults", "broken", "unknown", "forced")
 
@@ -70,13 +76,26 @@ class CpuVerdict:
     buffers: tuple[str, ...] = ()  # the extra buffer types the probe saw llama.cpp choose
     signal: str = ""  # what killed the child ("SIGILL"), when one died
     detail: str = ""  # one line, for --self-test, the About box and a refused load
+    amx_off: bool = False  # only AMX faults: refuse its tile permission (engine/amx_off.py), keep the rest
 
     def line(self) -> str:
         """One line for --self-test and the About box."""
         return self.detail or f"llama.cpp's CPU kernels: {self.state}"
 
 
+# Windows ends a process that faults with its exception code as the exit status, not a signal
+_WINDOWS_FAULTS = {0xC000001D: "STATUS_ILLEGAL_INSTRUCTION", 0xC0000005: "STATUS_ACCESS_VIOLATION",
+                   0xC0000096: "STATUS_PRIVILEGED_INSTRUCTION"}
+
+
+def _crashed(returncode: int | None) -> bool:
+    """Whether a child ended by a fault (a signal; on Windows, a fault's exception code)."""
+    return returncode is not None and (returncode < 0 or (returncode & 0xFFFFFFFF) in _WINDOWS_FAULTS)
+
+
 def _signal_name(returncode: int) -> str:
+    if (returncode & 0xFFFFFFFF) in _WINDOWS_FAULTS:
+        return _WINDOWS_FAULTS[returncode & 0xFFFFFFFF]
     try:
         return signal.Signals(-returncode).name
     except ValueError:
@@ -145,9 +164,12 @@ def cache_file() -> Path:
 # -- the probe ---------------------------------------------------------------------------------------
 
 
-def child_command(extra: bool, work: Path) -> list[str]:
-    """The probe's child: this program again (``specchat --probe-cpu-kernels on|off DIR``)."""
-    args = ["--probe-cpu-kernels", "on" if extra else "off", str(work)]
+CHILD_MODES = ("on", "noamx", "off")  # extra buffer types; the same with AMX's tiles refused; none
+
+
+def child_command(mode: str, work: Path) -> list[str]:
+    """The probe's child: this program again (``specchat --probe-cpu-kernels on|noamx|off DIR``)."""
+    args = ["--probe-cpu-kernels", mode, str(work)]
     if getattr(sys, "frozen", False):  # the packaged app: its executable is SpecChat itself
         return [sys.executable, *args]
     return [sys.executable, "-m", "specchat", *args]
@@ -214,19 +236,28 @@ def run_child(command: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S) -> Chi
 
 
 def probe(command: Sequence[str] | None = None, *, timeout_s: float = PROBE_TIMEOUT_S) -> CpuVerdict:
-    """Find out, in child processes, whether llama.cpp's extra buffer types run here.
+    """Find out, in child processes, which of llama.cpp's extra CPU kernels run here.
 
-    ``command(extra, work)`` makes the child's command line (the tests give their own)."""
+    First with every extra buffer type; if that child dies by a fault and AMX was among them, again with
+    AMX's tile permission refused (the repacked kernels kept); if that dies too (or AMX cannot be refused
+    here), without extra buffer types.  ``command`` + ``[mode, work]`` is the child's command line (the
+    tests give their own)."""
+    if amx_off.installed():  # the children would inherit the refusal: what they say proves nothing
+        return CpuVerdict("unknown", True, detail="llama.cpp's CPU kernels were not checked again "
+                                                  "(AMX is already refused in this process)", amx_off=True)
     with tempfile.TemporaryDirectory(prefix="specchat-cpu-probe-") as tmp:
         work = Path(tmp)
-        make = (lambda extra: [*command, "on" if extra else "off", str(work)]) if command is not None \
-            else (lambda extra: child_command(extra, work))
-        first = run_child(make(True), timeout_s)
+
+        def child(mode: str) -> ChildResult:
+            argv = [*command, mode, str(work)] if command is not None else child_command(mode, work)
+            return run_child(argv, timeout_s)
+
+        first = child("on")
         if first.finished:
             used = ", ".join(first.buffers) or "none"
             return CpuVerdict("runs", True, first.buffers,
                               detail=f"llama.cpp's CPU kernels run here (extra buffer types: {used})")
-        if first.returncode is None or first.returncode >= 0:
+        if not _crashed(first.returncode):
             if first.returncode is None:
                 why = f"the probe took over {timeout_s:g} s"
             else:
@@ -234,14 +265,22 @@ def probe(command: Sequence[str] | None = None, *, timeout_s: float = PROBE_TIME
             return CpuVerdict("unknown", True, first.buffers,
                               detail=f"llama.cpp's CPU kernels were not checked ({one_line(why, 200)}): "
                                      "its defaults are used")
+        assert first.returncode is not None
         sig = _signal_name(first.returncode)
-        second = run_child(make(False), timeout_s)
+        if "AMX" in first.buffers and amx_off.supported():
+            narrow = child("noamx")
+            if narrow.finished:
+                kept = ", ".join(narrow.buffers) or "none"
+                return CpuVerdict("faults", True, first.buffers, sig, amx_off=True,
+                                  detail=f"llama.cpp's AMX kernels fault on this machine ({sig}): not used; its "
+                                         f"other CPU kernels are (extra buffer types: {kept})")
+        second = child("off")
         faulty = ", ".join(b for b in first.buffers if b != "CPU_REPACK") or ", ".join(first.buffers) or "extra buffer"
         if second.finished:
             return CpuVerdict("faults", False, first.buffers, sig,
                               detail=f"llama.cpp's {faulty} kernels fault on this machine ({sig}): not used "
                                      "(models load without extra buffer types; llama-server gets --no-repack)")
-        if second.returncode is not None and second.returncode < 0:
+        if _crashed(second.returncode):
             return CpuVerdict("broken", False, first.buffers, sig,
                               detail=f"llama.cpp's CPU kernels fault on this machine ({sig}, with and without "
                                      "extra buffer types): this llama-cpp-python was built for another CPU; "
@@ -263,6 +302,9 @@ def _forced() -> CpuVerdict | None:
         return CpuVerdict("forced", True, detail=f"llama.cpp's extra buffer types: on ({ENV}={value})")
     if value in ("off", "0", "false", "no"):
         return CpuVerdict("forced", False, detail=f"llama.cpp's extra buffer types: off ({ENV}={value})")
+    if value == "noamx":
+        return CpuVerdict("forced", True, amx_off=True,
+                          detail=f"llama.cpp's extra buffer types: on, AMX refused ({ENV}={value})")
     return None
 
 
@@ -273,7 +315,7 @@ def _read_kept(path: Path, key: str) -> CpuVerdict | None:
             return None
         v = doc["verdict"]
         verdict = CpuVerdict(str(v["state"]), bool(v["extra_buffers"]), tuple(str(b) for b in v["buffers"]),
-                             str(v["signal"]), one_line(str(v["detail"])))
+                             str(v["signal"]), one_line(str(v["detail"])), bool(v["amx_off"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none, unreadable or another layout: probed again
     return verdict if verdict.state in STATES else None
@@ -306,14 +348,14 @@ def verdict(*, refresh: bool = False) -> CpuVerdict:
 
 
 def known() -> CpuVerdict | None:
-    """The verdict if one is at hand (this process's, the environment's or the kept one), never probing:
-    for the About box, which must not wait on a child process."""
+    """The verdict if one is at hand (this process's, the environment's or the kept one), never probing
+    and never waiting for a probe under way: for the About box, on the GUI thread."""
     forced = _forced()
     if forced is not None:
         return forced
-    with _lock:
-        if _verdict is not None:
-            return _verdict
+    current = _verdict  # one reference read: no lock, so a probe running in another thread never blocks this
+    if current is not None:
+        return current
     return _read_kept(cache_file(), machine_key())
 
 
@@ -327,10 +369,13 @@ def forget() -> None:
 
 
 def extra_buffers() -> bool:
-    """Whether models load with llama.cpp's extra buffer types (:class:`CpuKernelError` when no kernel runs)."""
+    """Whether models load with llama.cpp's extra buffer types (:class:`CpuKernelError` when no kernel runs).
+    Where only AMX faults, its tile permission is refused in this process first (and its children)."""
     v = verdict()
     if v.state == "broken":
         raise CpuKernelError(v.detail)
+    if v.extra_buffers and v.amx_off:
+        return amx_off.deny()  # refused here, or (not Linux x86-64, seccomp refused) none of them
     return v.extra_buffers
 
 
@@ -338,9 +383,12 @@ def server_args(supports: set[str] | frozenset[str]) -> list[str]:
     """The llama-server (or llama-bench) flags that keep it off kernels that fault here, among the flags
     ``supports`` lists: ``--no-repack`` (llama-server, the same switch as ``use_extra_bufts``) or
     ``--repack 0`` (llama-bench)."""
-    v = verdict()
-    if v.extra_buffers:
-        return []
+    try:
+        if extra_buffers():  # AMX refused in this process where it faults: the server inherits that
+            return []
+    except CpuKernelError:
+        pass  # no kernel runs: the server dies as a model load would, and says so
+
     if "--no-repack" in supports:
         return ["--no-repack"]
     if "--repack" in supports:

@@ -1,9 +1,10 @@
-"""The child process of :mod:`.cpu_kernels`: ``specchat --probe-cpu-kernels on|off DIR``.
+"""The child process of :mod:`.cpu_kernels`: ``specchat --probe-cpu-kernels on|noamx|off DIR``.
 
 It writes a tiny llama-architecture model (one layer, 256 wide: every matrix a multiple of the
 256-element K-quant block and of the 32-row tiles), quantizes it with llama.cpp's own quantizer to
 the types llama.cpp's extra CPU kernels take (Q4_0, Q8_0 and Q4_K_M's Q4_K/Q6_K), loads each with
-the extra buffer types on or off, and decodes a 32-token batch (the tile path: a one-token decode
+the extra buffer types on (``noamx``: on, with AMX's tile permission refused first, engine/amx_off.py)
+or off, and decodes a 32-token batch (the tile path: a one-token decode
 takes another) and then one token.  Each step is a JSON line on stdout, flushed before the next,
 so the parent learns which buffer types were in use even when the decode kills this process.
 
@@ -83,12 +84,16 @@ def quantize(src: Path, dst: Path, ftype: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("on", "off"):
-        print("usage: specchat --probe-cpu-kernels on|off DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("on", "noamx", "off"):
+        print("usage: specchat --probe-cpu-kernels on|noamx|off DIR", file=sys.stderr)
         return 2
-    extra, work = argv[0] == "on", Path(argv[1])
+    extra, work = argv[0] != "off", Path(argv[1])
     try:
+        from specchat.engine import amx_off
         from specchat.engine.runtime import LoadedModel, ModelOptions
+
+        if argv[0] == "noamx" and not amx_off.deny():
+            raise RuntimeError("AMX's tile permission cannot be refused here")
 
         work.mkdir(parents=True, exist_ok=True)
         f32 = work / "probe-f32.gguf"

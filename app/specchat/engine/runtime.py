@@ -8,6 +8,7 @@ checked and turned into :class:`LlamaError` with a one-line message.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import re
@@ -37,9 +38,10 @@ class LoadCancelled(LlamaError):
 
 _log_lock = threading.Lock()
 _last_log: list[str] = []
-_LOG_KEEP = 200
-_log_count = 0  # lines seen so far: a load reads the lines after its start (:func:`_log_since`)
+_LOG_KEEP = 40
+_log_count = 0  # lines seen so far: a load reads what was logged after its start (:func:`_buffers_since`)
 _BUFFER_LINE = re.compile(r"\b([A-Za-z0-9_]+) model buffer size")
+_buffer_lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=64)  # (line number, buffer type)
 
 
 @llama_cpp.llama_log_callback
@@ -51,10 +53,13 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         return
     if line:
         global _log_count
+        buffer = _BUFFER_LINE.search(line) if "model buffer size" in line else None
         with _log_lock:
             _last_log.append(line)
             del _last_log[:-_LOG_KEEP]
             _log_count += 1
+            if buffer is not None:  # kept apart: a load logs hundreds of lines after these (repacking)
+                _buffer_lines.append((_log_count, buffer.group(1)))
 
 
 def _log_mark() -> int:
@@ -62,11 +67,11 @@ def _log_mark() -> int:
         return _log_count
 
 
-def _log_since(mark: int) -> list[str]:
-    """The lines llama.cpp logged after :func:`_log_mark` said ``mark`` (as many as are still kept)."""
+def _buffers_since(mark: int) -> tuple[str, ...]:
+    """The buffer types llama.cpp put model weights in ("CPU_Mapped", "CPU_REPACK", "AMX", "CUDA0") since
+    :func:`_log_mark` said ``mark``, from its "X model buffer size" lines, each once, in order."""
     with _log_lock:
-        n = min(_log_count - mark, len(_last_log))
-        return list(_last_log[len(_last_log) - n:]) if n > 0 else []
+        return tuple(dict.fromkeys(name for n, name in _buffer_lines if n > mark))
 
 
 _backend_ready = False
@@ -230,8 +235,7 @@ class LoadedModel:
             why = last_log_error()
             raise LlamaError(f"{self.path.name}: llama.cpp could not load the model" + (f" ({why})" if why else ""))
         # where llama.cpp put the weights ("CPU_Mapped", "CPU_REPACK", "AMX", "CUDA0"), from its load log
-        self.buffer_types: tuple[str, ...] = tuple(dict.fromkeys(
-            m.group(1) for line in _log_since(mark) if (m := _BUFFER_LINE.search(line))))
+        self.buffer_types: tuple[str, ...] = _buffers_since(mark)
         self._ctx: llama_cpp.llama_context_p | None = None
         self._batch: llama_cpp.llama_batch | None = None
         # its decodes replay CUDA graphs: the loop keeps the shapes it feeds it (engine/shapes.py)
