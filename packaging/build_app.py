@@ -57,6 +57,11 @@ def main() -> int:
     proc = self_test(exe, args.model)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr[-4000:] if proc.returncode else "")
+    if proc.returncode < 0:  # a native fault in the built app: say which, not a bare status
+        from specchat.errors import exit_description
+
+        print(f"build_app: the built app's --self-test {exit_description(proc.returncode)}", file=sys.stderr)
+        return 1
     return proc.returncode
 
 

@@ -218,8 +218,10 @@ def measure(model: Path, *, gpu_layers: int, tokens: int = 64, reps: int = 4, th
             continue
         last = (proc.stdout.strip().splitlines() or [""])[-1]
         if proc.returncode != 0 or not last.startswith("{"):
-            tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            rows[method] = {"error": f"exit {proc.returncode}: {tail[:200]}"}
+            from specchat.errors import exit_description
+
+            tail = (proc.stderr.strip().splitlines() or [""])[-1]
+            rows[method] = {"error": f"it {exit_description(proc.returncode)}: {tail[:200]}"}
             continue
         rows[method] = json.loads(last)
     host = rows.get("host", {})

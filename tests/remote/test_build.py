@@ -185,7 +185,7 @@ def test_a_failed_step_is_one_line_naming_the_step_the_error_and_the_log(tmp_pat
     with pytest.raises(ServerError) as info:
         build.build_llama_server(root, sdist=sdist, run=FakeRun(fail="build"), log=lambda _: None)
     log_path = root / f"{VERSION}-cpu" / "build.log"
-    assert str(info.value) == (f"llama-server build: cmake build failed (exit 2): /src/llama.cpp:12:5: error: "
+    assert str(info.value) == (f"llama-server build: cmake build failed (it exited with status 2): /src/llama.cpp:12:5: error: "
                                f"'foo' was not declared in this scope; full log: {log_path}")
     assert build.cached_build(root, "cpu") is None
     run = FakeRun()  # fixed: the next call finishes it, from the extracted source

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
-from specchat.errors import one_line
+from specchat.errors import exit_description, one_line
 from specchat.files import FileBusyError, locked, write_text_atomically
 from specchat.remote.errors import ServerError
 
@@ -286,7 +286,7 @@ def _download_sdist(dest: Path, version: str, log: Callable[[str], None], run: R
 
 def _step(name: str, rc: int, log_path: Path) -> None:
     if rc != 0:
-        raise ServerError(f"llama-server build: {name} failed (exit {rc}): {last_error_line(log_path)}; "
+        raise ServerError(f"llama-server build: {name} failed (it {exit_description(rc)}): {last_error_line(log_path)}; "
                           f"full log: {log_path}")
 
 
