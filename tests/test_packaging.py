@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ def test_the_built_app_starts_headless_streams_an_answer_and_exits_cleanly(tmp_p
     out = proc.stdout
     assert "ok   llama.cpp loaded" in out and "ok   window and telemetry panel shown" in out
     assert "ok   streamed an answer" in out and "self-test passed" in out
+    assert_cpu_kernels_checked(out)  # the probe's child is the bundle's own executable
     assert "Traceback" not in proc.stderr
     # the same binary runs the commands, from the bundle's own libraries
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
@@ -81,3 +83,11 @@ def test_self_test_in_this_environment_passes():
                                 timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert proc.returncode == 0, proc.stderr
     assert "ok   window and telemetry panel shown" in proc.stdout
+    assert_cpu_kernels_checked(proc.stdout)
+
+
+def assert_cpu_kernels_checked(out: str) -> None:
+    """--self-test says what the CPU probe found: the kernels run here, or which fault (issue 31); never
+    that the probe could not run."""
+    line = next((x for x in out.splitlines() if x.startswith("ok   llama.cpp's") and "kernels" in x), "")
+    assert re.search(r"kernels (run here|fault on this machine)", line), out
