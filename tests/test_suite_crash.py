@@ -1,7 +1,7 @@
 """A test that kills its interpreter (a native fault: SIGILL, SIGSEGV) must not take the README's test run
 down unseen (issue 31: the whole suite once died at the first batch decode, with no summary line).
 
-The README's test command runs pytest with xdist workers: a worker killed by a signal is reported as
+The README's test command runs pytest in an xdist worker: a worker killed by a signal is reported as
 "crashed while running" that test, counted as failed, and replaced, and the run goes on to its summary.
 This runs pytest with the README's own pytest options on a small suite that crashes.
 """
