@@ -294,6 +294,7 @@ def probe(command: Sequence[str] | None = None, *, timeout_s: float = PROBE_TIME
 
 _lock = threading.Lock()
 _verdict: CpuVerdict | None = None
+_warned_no_refusal = False
 
 
 def _forced() -> CpuVerdict | None:
@@ -375,7 +376,13 @@ def extra_buffers() -> bool:
     if v.state == "broken":
         raise CpuKernelError(v.detail)
     if v.extra_buffers and v.amx_off:
-        return amx_off.deny()  # refused here, or (not Linux x86-64, seccomp refused) none of them
+        if amx_off.deny():
+            return True
+        global _warned_no_refusal
+        if not _warned_no_refusal:  # not Linux x86-64, or seccomp refused here: none of them, then
+            _warned_no_refusal = True
+            log.warning("AMX's tile permission cannot be refused here: llama.cpp's extra CPU kernels are off instead")
+        return False
     return v.extra_buffers
 
 
