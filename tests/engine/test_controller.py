@@ -293,3 +293,42 @@ def test_a_small_drift_changes_nothing_and_a_verdict_is_said_once():
     events = plain_rounds(c, 0.090, 40)  # busier still: 3x
     assert len(events) == 1 and "still cannot pay" in events[0].reason
     assert c.answer_plan(Mode.AUTO, has_model=True).drafters == ("lookup",)
+
+
+def test_a_new_answer_tries_the_draft_model_again_after_an_answer_where_it_lost():
+    gpu = CostModel(GPU)
+
+    def paid(plan, accepted):  # a round that pays what it costs on the GPU above
+        return round_stats(plan.drafter, plan.k, plan.k, accepted, verify=gpu.verify(plan.k + 1),
+                           draft=GPU_DRAFT * plan.k)
+
+    # a chat where the draft is never right: auto stops drafting ...
+    c = controller(GPU, GPU_DRAFT)
+    c.start_answer()
+    for _ in range(40):
+        plan = c.plan(Mode.AUTO, {"model": 8})
+        c.observe(Mode.AUTO, plan, paid(plan, 0))
+    assert c.plan(Mode.AUTO, {"model": 8}).drafter == "none"
+    # ... and a JSON answer after it, where the draft is right every time, gets the draft model back
+    # in its first round (acceptance belongs to the text, not to the pair)
+    c.start_answer()
+    drafted = []
+    for _ in range(12):
+        plan = c.plan(Mode.AUTO, {"model": 8})
+        drafted.append(plan.k)
+        c.observe(Mode.AUTO, plan, paid(plan, plan.k))
+    assert drafted[0] >= 1  # tried at once
+    assert sum(drafted) >= 30 and drafted[-1] >= 4  # and kept, drafting deeper as it is right
+
+
+def test_an_earlier_answers_rounds_weigh_less_in_the_estimate():
+    c = controller(GPU, GPU_DRAFT)
+    w = c.windows[Drafter.MODEL]
+    for _ in range(8):
+        w.add(Counts.of_round(4, 4, 0))  # rejected at once, 8 times
+    low = w.per_token_rate()
+    c.start_answer()
+    assert w.per_token_rate() > low  # old evidence counts for less: back toward the prior
+    assert w.token_acceptance() == 0.0  # the rails still read what happened
+    w.add(Counts.of_round(4, 4, 4))
+    assert w.per_token_rate() > 0.5  # one fresh round outweighs the aged rejections

@@ -41,8 +41,10 @@ def match_class(match: int) -> int:
 # auto's refusal of the draft model rests on the load-time calibration; when the target's measured
 # round costs move this far from it (another program loading the machine, or leaving it), auto re-plans
 RECHECK_DRIFT = 0.25
-STAY_PRIOR = 8.0  # rounds a drafter is assumed to draft in a row before it has run (see DraftController._stay)
 P_MIN_LO, P_MIN_HI = 0.3, 0.9  # auto's confidence stop stays in this range (below 0.3 a draft is a guess)
+# what a round of an earlier answer weighs in a drafter's acceptance estimate, and how far a drafter's
+# run length returns toward its prior, per answer since (DraftController.start_answer)
+ANSWER_MEMORY = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +166,28 @@ class CostModel:
 
 
 class AcceptanceWindow:
-    """Per-drafter acceptance over the last rounds that had a draft."""
+    """Per-drafter acceptance over the last rounds that had a draft.
+
+    Planning reads a weighted estimate: a round drafted in an earlier answer counts for less
+    (:meth:`age`, at every answer's start), because acceptance belongs to the text being written,
+    not to the pair.  Without it a draft model that lost on a chat answer was refused on the JSON
+    answer after it, where it was right 9 tokens in 10 (builtin trace on the H100 profile: auto
+    0.94x plain on json, K = 6 1.32x): auto had stopped drafting, so nothing ever refreshed the
+    window.  The guard rails read the plain counts.
+    """
 
     def __init__(self, rounds: int) -> None:
         self.rounds: deque[Counts] = deque(maxlen=rounds)  # one round's counts each
+        self.weights: deque[float] = deque(maxlen=rounds)  # what each round weighs in the estimate
 
     def add(self, counts: Counts) -> None:
         self.rounds.append(counts)
+        self.weights.append(1.0)
+
+    def age(self, factor: float) -> None:
+        """Weigh every round so far ``factor`` times what it weighed (a new answer starts)."""
+        for i in range(len(self.weights)):
+            self.weights[i] *= factor
 
     def totals(self) -> Counts:
         return Counts.total(self.rounds)
@@ -181,6 +198,14 @@ class AcceptanceWindow:
     def sequence_acceptance(self) -> float | None:
         return self.totals().sequence_acceptance
 
+    def _evidence(self) -> tuple[float, float]:
+        """Weighted (accepted tokens, rejections)."""
+        acc = rej = 0.0
+        for c, w in zip(self.rounds, self.weights, strict=True):
+            acc += w * c.accepted
+            rej += w * (c.rounds_with_draft - c.rounds_fully_accepted)
+        return acc, rej
+
     def per_token_rate(self, prior: float = 0.5, weight: float = 2.0) -> float:
         """Estimate of the chance that the next drafted token is accepted.
 
@@ -188,8 +213,8 @@ class AcceptanceWindow:
         is the right estimate; a weak prior (uniform: 0.5 with the weight of two
         tokens) keeps it sane with little data.
         """
-        t = self.totals()
-        return (t.accepted + prior * weight) / (t.accepted + t.rejections + weight)
+        acc, rej = self._evidence()
+        return (acc + prior * weight) / (acc + rej + weight)
 
     def optimistic_rate(self, z: float) -> float:
         """The estimate plus ``z`` standard deviations of it: what ``auto`` plans with.
@@ -199,15 +224,16 @@ class AcceptanceWindow:
         round it said 33% and stopped, and replays on the 3090 profile stayed at plain
         speed where K=8 made 2x); as the window fills it shrinks to a few points.
         """
-        t = self.totals()
+        acc, rej = self._evidence()
         a = self.per_token_rate()
-        return min(1.0, a + z * math.sqrt(a * (1.0 - a) / (t.accepted + t.rejections + 2)))
+        return min(1.0, a + z * math.sqrt(a * (1.0 - a) / (acc + rej + 2)))
 
     def full(self) -> bool:
         return len(self.rounds) == self.rounds.maxlen
 
     def clear(self) -> None:
         self.rounds.clear()
+        self.weights.clear()
 
 
 class DraftController:
@@ -228,11 +254,15 @@ class DraftController:
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
         self._since_probe: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         # rounds a drafter drafts in a row (EMA over its runs; the run going on): what a change of
-        # verify size is shared by.  Starts at STAY_PRIOR, so a drafter is not refused before it ran
-        self._stay: dict[Drafter, float] = dict.fromkeys(KINDS, STAY_PRIOR)
+        # verify size is shared by.  Starts at its registry line's stay_prior, so a drafter is not refused
+        # before it ran
+        self._stay: dict[Drafter, float] = {name: kind.stay_prior for name, kind in KINDS.items()}
         self._run: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
+        # drafters not planned yet in this answer: each may be probed once early in it, as acceptance
+        # is the text's (a draft model refused after a chat was right 9 tokens in 10 on the JSON after it)
+        self._untried: set[Drafter] = set()
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
         self.calibration = CostModel(costs.verify_s, costs.draft_s)
         self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
@@ -361,13 +391,21 @@ class DraftController:
                 continue
             if self._cooldown.get(name, 0) > 0:
                 continue
-            a = self._window(name, match).optimistic_rate(s.explore_z)
+            window = self._window(name, match)
+            a = window.optimistic_rate(s.explore_z)
             k_lo = min(s.k_min, k_hi) if mode is not Mode.AUTO else 1
             k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s)
+            if mode is Mode.AUTO:
+                # optimism decides whether to try a drafter, the estimate how far: a K planned on the
+                # optimistic rate made each try of a drafter auto knew little of a long, dear one (and,
+                # where shapes matter, a change of verify size), which is what lost on chat and prose
+                k_mean, _ = self._best_k(name, window.per_token_rate(), k_lo, k_hi, held, change_s)
+                if k_mean < k:
+                    k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s)[1]
             if rate > best_rate:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
                                        match=match if kind.match_classes else 0), rate
-            elif (self._since_probe[name] >= self._probe_interval(name)
+            elif ((self._since_probe[name] >= self._probe_interval(name) or name in self._untried)
                   and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate):
                 # a probe only where this proposal could pay if it were right (a change of verify
                 # size included): a probe that cannot pay even then teaches nothing worth its cost
@@ -430,6 +468,7 @@ class DraftController:
             self._drift.append(r.verify_s / self.calibration.verify(r.verify_rows))
             if mode is Mode.AUTO and self._refused:
                 events += self._recheck()
+        self._untried.discard(plan.drafter)
         for name in self._since_probe:
             if name == plan.drafter:
                 self._since_probe[name] = 0
@@ -535,6 +574,13 @@ class DraftController:
         )]
 
     def start_answer(self) -> None:
-        """Counters for the fallback-share warning are per answer."""
+        """Counters for the fallback-share warning are per answer; what the drafters' acceptance was in
+        earlier answers weighs :data:`ANSWER_MEMORY` as much from now on (AcceptanceWindow.age)."""
         self.answer = Counts()
         self._warned = False
+        self._untried = {name for name, kind in KINDS.items() if kind.needs_model}
+        for w in (*self.windows.values(), *self.lookup_windows.values()):
+            w.age(ANSWER_MEMORY)
+        for name, kind in KINDS.items():  # a run cut short in one answer says little of the next
+            prior = max(self._stay[name], kind.stay_prior)
+            self._stay[name] = ANSWER_MEMORY * self._stay[name] + (1 - ANSWER_MEMORY) * prior
