@@ -283,3 +283,20 @@ def test_an_sdist_of_another_version_or_without_llama_cpp_is_refused(tmp_path):
     garbage.write_bytes(b"not a tar at all")
     with pytest.raises(ServerError, match="cannot extract"):
         build.extract_llama_cpp(garbage, tmp_path / "c", version=VERSION)
+
+
+def test_a_toolchains_arguments_are_kept_and_another_architecture_is_rebuilt(tmp_path, tools, sdist):
+    root = tmp_path / "root"
+    sm86 = ["-DCMAKE_CUDA_ARCHITECTURES=86", "-DCUDAToolkit_ROOT=/tc"]
+    run = FakeRun()
+    binary = build.build_llama_server(root, accel="cuda", sdist=sdist, run=run, log=lambda _: None, extra_args=sm86)
+    assert run.calls[0][0][-2:] == sm86  # configured with them
+    assert json.loads((binary.parent.parent / "build.json").read_text())["extra_args"] == sm86
+    assert build.cached_build(root, "cuda") == binary  # the managed server takes it whatever the card
+    again = FakeRun()
+    build.build_llama_server(root, accel="cuda", run=again, log=lambda _: None, extra_args=sm86)
+    assert again.calls == []
+    other = FakeRun()
+    build.build_llama_server(root, accel="cuda", run=other, log=lambda _: None,
+                             extra_args=["-DCMAKE_CUDA_ARCHITECTURES=90", "-DCUDAToolkit_ROOT=/tc"])
+    assert other.steps() == ["configure", "build"]

@@ -227,9 +227,11 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     drafts.add_argument("target", help="owner/repo/file.gguf, owner/repo (its Q4_K_M file) or a local GGUF path")
     drafts.add_argument("--checks", type=_int_in(1, 100), default=12, help="at most this many header checks")
     drafts.add_argument("--json", action="store_true")
+    from specchat.cli.cuda import add_parsers as add_cuda_parsers
     from specchat.cli.servers import add_parsers as add_server_parsers
 
     add_server_parsers(sub)
+    add_cuda_parsers(sub)
     cfg = sub.add_parser("config", help="show the settings in force and where they come from")
     cfg.add_argument("--example", action="store_true", help="print every setting with its default, as TOML")
     add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
@@ -428,6 +430,10 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
             from specchat.cli.simulate import cmd_simulate
 
             return cmd_simulate(args)
+        if args.command == "cuda-build":
+            from specchat.cli.cuda import cmd_cuda_build
+
+            return cmd_cuda_build(args)
         raise CliError("no command given")
     except CliError as exc:
         print(f"specchat: {exc}" if not str(exc).startswith("specchat") else str(exc), file=sys.stderr)

@@ -31,7 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from specchat.errors import exit_description, one_line
@@ -79,8 +79,9 @@ Runner = Callable[[Sequence[str], Path, Path], int]
 """Runs a command in a directory with its output appended to a log file; returns its exit code."""
 
 
-def run_logged(cmd: Sequence[str], cwd: Path, log_path: Path) -> int:
-    """The real :data:`Runner`: stdout and stderr appended to ``log_path``, no stdin.
+def run_logged(cmd: Sequence[str], cwd: Path, log_path: Path, env: Mapping[str, str] | None = None) -> int:
+    """The real :data:`Runner`: stdout and stderr appended to ``log_path``, no stdin (``env``: the
+    whole environment, else this process's).
 
     An interrupt (Ctrl-C) kills the command before it propagates (subprocess.run does).
     """
@@ -88,7 +89,8 @@ def run_logged(cmd: Sequence[str], cwd: Path, log_path: Path) -> int:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
         return subprocess.run(list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, check=False).returncode
+                              stdin=subprocess.DEVNULL, check=False,
+                              env=dict(env) if env is not None else None).returncode
 
 
 def default_build_root() -> Path:
@@ -146,17 +148,20 @@ def _read_stamp(directory: Path) -> dict[str, object] | None:
 
 
 def cached_build(dest_root: Path, accel: str, *, version: str | None = None,
-                 verify: bool = False) -> Path | None:
+                 verify: bool = False, extra_args: Sequence[str] | None = None) -> Path | None:
     """The finished build's ``bin/llama-server`` for ``accel``, or None.
 
     Finished means: a stamp for this version, accelerator and cmake arguments, and every
     binary it names present with its size (``verify``: and its sha256, about 30 ms a binary).
+    ``extra_args`` (a toolchain's and architecture's, :mod:`specchat.remote.cuda_toolchain`) must
+    match too where given; None takes the build whatever they were.
     """
     version = version or installed_version()
     directory = build_dir(dest_root, version, accel)
     stamp = _read_stamp(directory)
     if stamp is None or stamp.get("version") != version or stamp.get("accel") != accel \
-            or stamp.get("cmake_args") != cmake_args(accel):
+            or stamp.get("cmake_args") != cmake_args(accel) \
+            or (extra_args is not None and stamp.get("extra_args", []) != list(extra_args)):
         return None
     binaries = stamp.get("binaries")
     if not isinstance(binaries, dict) or set(binaries) != set(TARGETS):
@@ -177,25 +182,28 @@ def cached_build(dest_root: Path, accel: str, *, version: str | None = None,
 
 def build_llama_server(dest_root: Path, *, accel: str = "cpu", sdist: Path | None = None,
                        jobs: int | None = None, log: Callable[[str], None] = print,
-                       run: Runner = run_logged) -> Path:
+                       run: Runner = run_logged, extra_args: Sequence[str] = ()) -> Path:
     """Build (or reuse) llama-server for ``accel`` under ``dest_root``; returns its path.
 
     ``sdist``: the llama-cpp-python source archive of the installed version (downloaded
     with pip when None and the source is not extracted yet).  ``run`` runs cmake and pip
-    (tests pass a fake).  Raises ServerError, one line (the full output is in build.log).
+    (tests pass a fake).  ``extra_args``: more configure arguments (a CUDA toolchain from the
+    package index and the card's architecture), kept in the stamp.  Raises ServerError, one
+    line (the full output is in build.log).
     """
     version = installed_version()
     directory = build_dir(dest_root, version, accel)
-    done = cached_build(dest_root, accel, version=version, verify=True)
+    extra = list(extra_args)
+    done = cached_build(dest_root, accel, version=version, verify=True, extra_args=extra)
     if done is not None:
         return done
     cmake = _tools()
     try:
         with _build_lock(directory, log):
-            done = cached_build(dest_root, accel, version=version, verify=True)
+            done = cached_build(dest_root, accel, version=version, verify=True, extra_args=extra)
             if done is not None:  # another process finished it while we waited
                 return done
-            return _build(directory, version, accel, cmake, sdist, jobs, log, run)
+            return _build(directory, version, accel, cmake, sdist, jobs, log, run, extra)
     except OSError as e:
         raise ServerError(f"llama-server build in {directory}: {e.strerror or e}; "
                           "check the disk and its permissions") from None
@@ -233,7 +241,7 @@ def _build_lock(directory: Path, log: Callable[[str], None]) -> Iterator[None]:
 
 
 def _build(directory: Path, version: str, accel: str, cmake: str, sdist: Path | None,
-           jobs: int | None, log: Callable[[str], None], run: Runner) -> Path:
+           jobs: int | None, log: Callable[[str], None], run: Runner, extra: list[str]) -> Path:
     log_path = directory / LOG
     log_path.write_text(f"llama-server {version}-{accel} build, {time.strftime('%Y-%m-%d %H:%M:%S')}\n",
                         encoding="utf-8")
@@ -246,13 +254,13 @@ def _build(directory: Path, version: str, accel: str, cmake: str, sdist: Path | 
             extract_llama_cpp(archive, src, version=version)
     args = cmake_args(accel)
     log(f"configuring llama.cpp ({accel}) in {directory / 'build'}")
-    _step("cmake configure", run([cmake, "-S", "src", "-B", "build", *args], directory, log_path), log_path)
+    _step("cmake configure", run([cmake, "-S", "src", "-B", "build", *args, *extra], directory, log_path), log_path)
     n = jobs if jobs and jobs > 0 else os.cpu_count() or 1
     log(f"building {' and '.join(TARGETS)} with {n} job(s); the log is {log_path}")
     _step("cmake build", run([cmake, "--build", "build", "--config", "Release", "--target", *TARGETS,
                               "-j", str(n)], directory, log_path), log_path)
     binaries = {name: _install(directory, name) for name in TARGETS}
-    stamp = {"version": version, "accel": accel, "cmake_args": args, "targets": list(TARGETS),
+    stamp = {"version": version, "accel": accel, "cmake_args": args, "extra_args": extra, "targets": list(TARGETS),
              "binaries": binaries, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_text_atomically(directory / STAMP, json.dumps(stamp, indent=2) + "\n")
     log(f"llama-server ready at {directory / 'bin' / ('llama-server' + _EXE)}")
