@@ -94,6 +94,7 @@ BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_
                "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
                "-DLLAMA_BUILD_APP=OFF", "-DGGML_RPC=OFF")
 BUILD_TARGETS = ("llama", "llama-server", "llama-bench")
+KIT_ARCH = 90  # the lent GPUs: H100 and H200
 
 
 def sdist_keeps(member: str) -> bool:
@@ -933,7 +934,7 @@ def tool_path(site: Path, name: str) -> Path:
     return build_dir(site) / "bin" / name
 
 
-def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
+def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path, from_index: bool = False) -> None:
     """Unpack the stripped sdist, build one cmake tree of its llama.cpp (the shared libraries,
     llama-server, llama-bench) and lay llama-cpp-python's bindings into ``site`` over those libraries."""
     archives = sorted(kit.glob(f"{SDIST_NAME}*.tar.xz"))
@@ -948,9 +949,17 @@ def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path) -> None:
     with tarfile.open(archives[0], "r:xz") as tar:
         tar.extractall(src_root, filter="data")
     (src,) = [p for p in src_root.iterdir() if p.is_dir()]
-    flags = ["-DGGML_CUDA=OFF"] if cpu else ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", *cublas_flags(site)]
+    if cpu:
+        flags = ["-DGGML_CUDA=OFF"]
+    elif from_index:  # NVIDIA's compiler and libraries from the package index, on a machine without a GPU
+        from specchat.remote import cuda_toolchain
+
+        tc = cuda_toolchain.ensure(log=lambda line: print(line, flush=True))
+        flags = ["-DGGML_CUDA=ON", *tc.cmake_args(KIT_ARCH, origin=True)]
+    else:
+        flags = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={KIT_ARCH}", *cublas_flags(site)]
     out_dir = build_dir(site)
-    print(f"building llama.cpp {LLAMA_CPP_PYTHON} ({'CPU' if cpu else 'CUDA sm_90'}, -j{jobs}: "
+    print(f"building llama.cpp {LLAMA_CPP_PYTHON} ({'CPU' if cpu else f'CUDA sm_{KIT_ARCH}'}, -j{jobs}: "
           f"{', '.join(BUILD_TARGETS)}) in {out_dir}; log: {log}", flush=True)
     t0 = time.perf_counter()
     with log.open("w") as out:
@@ -1176,7 +1185,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         args.site.parent.mkdir(parents=True, exist_ok=True)
         out = (args.site.parent / "build.out").open("w")
         argv = [sys.executable, str(Path(__file__).resolve()), "build", "--attached", "--kit", str(args.kit),
-                "--site", str(args.site), "--jobs", str(args.jobs), *(["--cpu"] if args.cpu else [])]
+                "--site", str(args.site), "--jobs", str(args.jobs), *(["--cpu"] if args.cpu else []),
+                *(["--cuda-from-index"] if args.cuda_from_index else [])]
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         set_build_status(args.site, state="running", pid=proc.pid, started=time.time(), error="")
@@ -1189,7 +1199,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     set_build_status(args.site, state="running", pid=os.getpid(), started=t0, error="")
     try:
         install_wheels(args.kit, args.site)
-        build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log")
+        build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log",
+              from_index=args.cuda_from_index)
     except BaseException as exc:
         set_build_status(args.site, state="failed", error=str(exc)[:500])
         raise
@@ -1557,6 +1568,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--detach", action="store_true", help="build in a process of its own session (outlives the call)")
     b.add_argument("--wait", type=float, default=0.0, help="wait up to S seconds for a detached build")
     b.add_argument("--attached", action="store_true", help=argparse.SUPPRESS)
+    b.add_argument("--cuda-from-index", action="store_true",
+                   help="CUDA with NVIDIA's compiler from the package index (specchat cuda-build's): on a machine "
+                        "without a GPU or toolkit, for sm_90")
     run = sub.choices["run"]
     run.add_argument("--out", type=Path, default=Path("gpu-kit-out"))
     run.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where the GGUFs are made (~20 GB for qwen7b)")

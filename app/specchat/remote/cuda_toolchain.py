@@ -163,13 +163,15 @@ class Toolchain:
     def lib(self) -> Path:
         return self.root / "lib"
 
-    def cmake_args(self, arch: int) -> list[str]:
+    def cmake_args(self, arch: int, *, origin: bool = False) -> list[str]:
         """Configure arguments for ggml-cuda with this toolchain, for one architecture.  No VMM: the
         build then needs no libcuda at link time (the driver's library, which a machine without a GPU
-        lacks); cudart and cuBLAS come from this toolchain, found at run time through the RPATH."""
+        lacks); cudart and cuBLAS come from this toolchain, found at run time through the RPATH
+        (``origin``: the binaries' own folder first, so a tree copied elsewhere finds its libraries)."""
+        rpath = f"$ORIGIN;{self.lib}" if origin else str(self.lib)
         return [f"-DCMAKE_CUDA_COMPILER={self.nvcc}", f"-DCUDAToolkit_ROOT={self.root}",
                 f"-DCMAKE_CUDA_ARCHITECTURES={arch}", "-DGGML_CUDA_NO_VMM=ON",
-                f"-DCMAKE_BUILD_RPATH={self.lib}", f"-DCMAKE_INSTALL_RPATH={self.lib}"]
+                f"-DCMAKE_BUILD_RPATH={rpath}", f"-DCMAKE_INSTALL_RPATH={rpath}"]
 
     def env(self) -> dict[str, str]:
         """The environment a build runs in: nvcc first on PATH, CUDA_PATH and CUDACXX at this toolchain."""
