@@ -985,6 +985,56 @@ def build(kit: Path, site: Path, *, cpu: bool, jobs: int, log: Path, from_index:
     print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
+PREBUILT = f"prebuilt-cuda-sm{KIT_ARCH}.tar.xz"  # in the kit: a CUDA tree built here (``prebuild``)
+
+
+def _carried(bin_dir: Path) -> list[Path]:
+    """What runs on the GPU machine: the shared libraries (and their soname links), llama-server, llama-bench."""
+    keep = [p for p in sorted(bin_dir.iterdir()) if re.fullmatch(r"lib(llama|ggml|mtmd)[\w.-]*\.so[\d.]*", p.name)]
+    return keep + [bin_dir / n for n in ("llama-server", "llama-bench") if (bin_dir / n).is_file()]
+
+
+def pack_prebuilt(site: Path, kit: Path) -> Path:
+    """The CUDA tree built here (``build --cuda-from-index``), stripped of symbols, with the bindings, as one
+    archive in the carry folder: ``bin/`` (libraries and tools, found by RPATH $ORIGIN) and ``llama_cpp/``."""
+    out_bin = build_dir(site) / "bin"
+    files = _carried(out_bin)
+    if not any(p.name.startswith("libggml-cuda") for p in files):
+        raise SystemExit(f"{out_bin}: no libggml-cuda: run 'gpu_kit.py build --cuda-from-index' here first")
+    strip = shutil.which("strip")
+    dest = kit / PREBUILT
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / "bin"
+        stage.mkdir()
+        for f in files:
+            if f.is_symlink():
+                (stage / f.name).symlink_to(os.readlink(f))
+                continue
+            shutil.copy2(f, stage / f.name)
+            with f.open("rb") as head:
+                elf = head.read(4) == b"\x7fELF"
+            if strip and elf:
+                subprocess.run([strip, "--strip-unneeded", str(stage / f.name)], check=True)
+        part = dest.with_name(dest.name + ".part")
+        with tarfile.open(part, "w:xz", preset=6) as tar:
+            tar.add(stage, arcname="bin")
+            tar.add(site / "llama_cpp", arcname="llama_cpp", filter=lambda t: None if t.name == "llama_cpp/lib" else t)
+        part.replace(dest)
+    return dest
+
+
+def unpack_prebuilt(kit: Path, site: Path) -> None:
+    """``pack_prebuilt``'s archive laid out as ``build`` lays a tree: the build's bin/, the bindings over it."""
+    out_dir = build_dir(site)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.rmtree(site / "llama_cpp", ignore_errors=True)
+    site.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(kit / PREBUILT, "r:xz") as tar:
+        tar.extractall(out_dir, members=[m for m in tar.getmembers() if m.name.startswith("bin")], filter="data")
+        tar.extractall(site, members=[m for m in tar.getmembers() if m.name.startswith("llama_cpp")], filter="data")
+    (site / "llama_cpp" / "lib").symlink_to(out_dir / "bin", target_is_directory=True)
+
+
 def build_status(site: Path) -> dict[str, Any]:
     path = site.parent / BUILD_STATUS
     try:
@@ -1199,8 +1249,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     set_build_status(args.site, state="running", pid=os.getpid(), started=t0, error="")
     try:
         install_wheels(args.kit, args.site)
-        build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log",
-              from_index=args.cuda_from_index)
+        if (args.kit / PREBUILT).is_file() and not args.cpu and not args.cuda_from_index:
+            print(f"unpacking {PREBUILT} (built on the CPU machine) instead of compiling", flush=True)
+            unpack_prebuilt(args.kit, args.site)
+        else:
+            build(args.kit, args.site, cpu=args.cpu, jobs=args.jobs, log=args.site.parent / "build.log",
+                  from_index=args.cuda_from_index)
+            if args.cuda_from_index:
+                packed = pack_prebuilt(args.site, args.kit)
+                print(f"{packed}: {packed.stat().st_size / 2**20:.1f} MiB; the kit is "
+                      f"{folder_size(args.kit) / 2**20:.1f} MiB", flush=True)
     except BaseException as exc:
         set_build_status(args.site, state="failed", error=str(exc)[:500])
         raise

@@ -393,3 +393,41 @@ def test_build_wait_only_waits_for_the_detached_build_and_says_how_it_ended(tmp_
     assert gpu_kit.main(wait) == 0 and "build done in 203 s" in capsys.readouterr().out
     gpu_kit.set_build_status(site, state="failed", error="the build failed (2)")
     assert gpu_kit.main(wait) == 1 and "the build failed (2)" in capsys.readouterr().out
+
+
+def test_a_tree_built_here_travels_as_one_archive_and_is_laid_out_as_the_build_lays_it(tmp_path):
+    """``build --cuda-from-index`` packs its tree for the GPU machine; ``build`` there unpacks it in place
+    of compiling: the libraries and tools in the build's bin/, the bindings over them, links kept."""
+    site = tmp_path / "here" / "site"
+    bin_dir = gpu_kit.build_dir(site) / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("libggml-cuda.so", "libggml-base.so", "libllama.so.0.5.0", "llama-server", "llama-bench",
+                 "test-backend-ops", "libother.so"):
+        (bin_dir / name).write_bytes(name.encode())
+    (bin_dir / "libllama.so").symlink_to("libllama.so.0.5.0")
+    (site / "llama_cpp").mkdir(parents=True)
+    (site / "llama_cpp" / "__init__.py").write_text("# bindings\n")
+    (site / "llama_cpp" / "lib").symlink_to(bin_dir, target_is_directory=True)
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    packed = gpu_kit.pack_prebuilt(site, kit)
+    assert packed == kit / gpu_kit.PREBUILT
+    with tarfile.open(packed) as tar:
+        names = sorted(tar.getnames())
+    assert "bin/test-backend-ops" not in names and "bin/libother.so" not in names  # only what runs there
+    assert {"bin/libggml-cuda.so", "bin/libllama.so", "bin/llama-server", "bin/llama-bench",
+            "llama_cpp/__init__.py"} <= set(names) and "llama_cpp/lib" not in names
+
+    there = tmp_path / "gpu" / "site"
+    gpu_kit.unpack_prebuilt(kit, there)
+    lib = there / "llama_cpp" / "lib"
+    assert (lib / "llama-server").read_bytes() == b"llama-server" and lib.resolve() == gpu_kit.build_dir(there) / "bin"
+    assert (lib / "libllama.so").is_symlink() and (lib / "libllama.so").read_bytes() == b"libllama.so.0.5.0"
+    assert gpu_kit.tool_path(there, "llama-bench").is_file()
+
+
+def test_packing_without_a_cuda_build_says_so(tmp_path):
+    site = tmp_path / "site"
+    (gpu_kit.build_dir(site) / "bin").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="no libggml-cuda"):
+        gpu_kit.pack_prebuilt(site, tmp_path)
