@@ -1522,11 +1522,27 @@ def cmd_measure(args: argparse.Namespace) -> int:
     tokenizer = Tokenizer.from_gguf(tokenizer_file(args))
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    target_shape, draft_shape = SHAPES[args.shape]
+    result: dict[str, Any] = {
+        "complete": False, "hardware": hardware_name(args.cpu), "cpu": args.cpu, "date": _dt.date.today().isoformat(),
+        "llama_cpp_python": llama_cpp.__version__, "backend": backend_info()["backend"],
+        "shape": args.shape, "target": f"{target_shape.name} {'F16' if args.f16 else 'Q4_K_M'}",
+        "draft": f"{draft_shape.name} {'F16' if args.f16 else 'Q4_K_M'}", "depth": args.depth,
+        "max_tokens": args.max_tokens, "repeat": args.repeat, "tasks": args.tasks,
+        "command": "gpu_kit.py " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["measure"] else "gpu_kit.py measure"}
+
+    def save(stage: str, **found: Any) -> None:
+        """What is measured so far, in OUT/results.json: a call cut short still returns it."""
+        result.update(found, stage=stage, seconds=time.perf_counter() - t_start)
+        write_json(out / "results.json", result)
+
+    save("started")
     print(f"agreement pairs ({args.shape}) in {args.work}", flush=True)
     pairs = make_pairs(args.shape, tokenizer, alphas, args.work, threads=os.cpu_count() or 1,
                        quantized=not args.f16)
     agreement_ = check_pairs(pairs, tokenizer, gpu=not args.cpu)
     print("  " + ", ".join(f"{k} {v:.1%}" for k, v in agreement_.items()), flush=True)
+    save("pairs", agreement=agreement_)
     raw: dict[str, Any] = {}
     if bench_bin.is_file():
         for name, path in (("target", pairs.target), ("draft", next(iter(pairs.drafts.values())))):
@@ -1536,28 +1552,23 @@ def cmd_measure(args: argparse.Namespace) -> int:
                                             for k, v in raw.items()), flush=True)
     else:
         print(f"  {bench_bin}: no llama-bench; its table is left out", flush=True)
+    save("llama-bench", llama_bench=raw)
     costs = measure_costs(pairs, cpu=args.cpu, depth=args.depth, reps=args.reps)
+    save("costs", costs=costs)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import backend_sampling  # scripts/backend_sampling.py: each way in a child process
 
     print("  the draft's greedy choice: host or in the graph", flush=True)
     sampling = backend_sampling.measure(next(iter(pairs.drafts.values())), gpu_layers=0 if args.cpu else -1,
                                         tokens=args.bench_tokens, reps=args.reps)
-    bench = {}
+    save("sampling", sampling=sampling)
+    bench: dict[str, Any] = {}
     for alpha in alphas:
         path = bench_alpha(pairs, alpha, server=server, cpu=args.cpu, out=out, max_tokens=args.max_tokens,
                            repeat=args.repeat, tasks=args.tasks, site=args.site)
         bench[f"{alpha:g}"] = json.loads(path.read_text())
-    target_shape, draft_shape = SHAPES[args.shape]
-    result = {"hardware": hardware_name(args.cpu), "cpu": args.cpu, "date": _dt.date.today().isoformat(),
-              "llama_cpp_python": llama_cpp.__version__, "backend": backend_info()["backend"],
-              "shape": args.shape, "target": f"{target_shape.name} {'F16' if args.f16 else 'Q4_K_M'}",
-              "draft": f"{draft_shape.name} {'F16' if args.f16 else 'Q4_K_M'}", "depth": args.depth,
-              "max_tokens": args.max_tokens, "repeat": args.repeat, "tasks": args.tasks,
-              "command": "gpu_kit.py " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["measure"] else "gpu_kit.py measure",
-              "agreement": agreement_, "llama_bench": raw, "costs": costs, "sampling": sampling, "bench": bench,
-              "seconds": time.perf_counter() - t_start}
-    write_json(out / "results.json", result)
+        save(f"bench {alpha:g}", bench=bench)
+    save("done", complete=True)
     from specchat.files import write_text_atomically
 
     write_text_atomically(out / "report.md", report(result) + "\n")

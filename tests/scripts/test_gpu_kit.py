@@ -356,6 +356,7 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["bench-a0.9.json", "logs.tar.gz", "report.md",
                                                                     "results.json"]
     result = json.loads((out / "results.json").read_text())
+    assert result["complete"] is True and result["stage"] == "done"
     assert result["agreement"]["target"] == 1.0 and result["agreement"]["draft 0.9"] > 0.8
     runs = result["bench"]["0.9"]["runs"]
     labels = {r["mode"] for r in runs}
@@ -431,3 +432,21 @@ def test_packing_without_a_cuda_build_says_so(tmp_path):
     (gpu_kit.build_dir(site) / "bin").mkdir(parents=True)
     with pytest.raises(SystemExit, match="no libggml-cuda"):
         gpu_kit.pack_prebuilt(site, tmp_path)
+
+
+@pytest.mark.real_models
+def test_a_measure_cut_short_still_leaves_what_it_measured(qwen_draft, tmp_path, monkeypatch):
+    """A GPU call that runs out of time (or a stage that fails) returns the stages before it."""
+    def out_of_time(*args, **kwargs):
+        raise KeyboardInterrupt  # what the device call's timeout does to the process, near enough
+
+    monkeypatch.setattr(gpu_kit, "measure_costs", out_of_time)
+    (tmp_path / "server").write_text("")  # never started: the run stops before the benches
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        gpu_kit.main(["measure", "--cpu", "--shape", "tiny", "--f16", "--alphas", "0.9", "--tokenizer", str(qwen_draft),
+                      "--work", str(tmp_path / "pairs"), "--out", str(out), "--site", str(tmp_path / "no-site"),
+                      "--llama-server", str(tmp_path / "server"), "--llama-bench", str(tmp_path / "none")])
+    result = json.loads((out / "results.json").read_text())
+    assert result["complete"] is False and result["stage"] == "llama-bench"
+    assert result["agreement"]["target"] == 1.0 and "costs" not in result
