@@ -15,7 +15,21 @@ Never run in CI (its CPU proof is: tests/scripts/test_gpu_kit.py).
   ``OUT/results.json``, ``OUT/logs.tar.gz``.
 - ``pairs [--check]``: the agreement pairs alone; ``run``: the random-weight cost profile.
 
-The two device calls (``run`` tool, after ``python scripts/gpu_kit.py pack`` here)::
+One device call, the CUDA tree built here first (no GPU time spent on compiling)::
+
+    python scripts/gpu_kit.py pack
+    python scripts/gpu_kit.py build --cuda-from-index --jobs 2 --site /tmp/kit-cuda/site --detach --wait 0
+    python scripts/gpu_kit.py build --site /tmp/kit-cuda/site --wait 7200     # about 1 h 30 on two cores
+    run(command="python3 scripts/gpu_kit.py build && PYTHONUNBUFFERED=1 python3 "
+                "scripts/gpu_kit.py measure --out $OUT", carry=["gpu-kit"], timeout_s=480)
+
+``build --cuda-from-index`` installs NVIDIA's compiler from the package index
+(``specchat cuda-build``'s toolchain, :mod:`specchat.remote.cuda_toolchain`), builds the tree for
+sm_90 and packs it into ``gpu-kit/prebuilt-cuda-sm90.tar.xz``; ``build`` on the GPU machine then
+unpacks it (seconds) and links the machine's CUDA 13 runtime and cuBLAS beside it.  ``measure``
+writes ``results.json`` after every stage, so a call cut short still returns what it measured.
+
+Without a prebuilt tree, two device calls (the build there takes about 5.5 min at -j16)::
 
     run(command="python3 scripts/gpu_kit.py build --detach --wait 560", carry=["gpu-kit"], timeout_s=600)
     run(command="python3 scripts/gpu_kit.py build --wait 300 && PYTHONUNBUFFERED=1 python3 "
@@ -1033,6 +1047,37 @@ def unpack_prebuilt(kit: Path, site: Path) -> None:
         tar.extractall(out_dir, members=[m for m in tar.getmembers() if m.name.startswith("bin")], filter="data")
         tar.extractall(site, members=[m for m in tar.getmembers() if m.name.startswith("llama_cpp")], filter="data")
     (site / "llama_cpp" / "lib").symlink_to(out_dir / "bin", target_is_directory=True)
+    link_cuda_runtime(out_dir / "bin")
+
+
+CUDA_RUNTIME = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13")
+
+
+def link_cuda_runtime(bin_dir: Path) -> list[str]:
+    """Links in ``bin_dir`` (the RPATH's $ORIGIN) to this machine's CUDA 13 runtime and cuBLAS: the
+    toolkit's, else the Python ``nvidia`` packages' (PyTorch's).  Returns the names it found nowhere."""
+    roots = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))]
+    if shutil.which("nvcc"):
+        roots.append(Path(shutil.which("nvcc") or "").resolve().parent.parent)
+    try:
+        import nvidia  # type: ignore[import-not-found]
+
+        roots += [Path(p) for p in getattr(nvidia, "__path__", [])]
+    except ImportError:
+        pass
+    missing = []
+    for name in CUDA_RUNTIME:
+        if (bin_dir / name).exists():
+            continue
+        found = next((f for r in roots if r.is_dir() for f in r.rglob(name) if f.is_file()), None)
+        if found is None:
+            missing.append(name)
+            continue
+        (bin_dir / name).unlink(missing_ok=True)
+        (bin_dir / name).symlink_to(found)
+    if missing:
+        print(f"warning: no {', '.join(missing)} on this machine: llama.cpp's CUDA library will not load", flush=True)
+    return missing
 
 
 def build_status(site: Path) -> dict[str, Any]:
