@@ -27,6 +27,7 @@ UI_ALLOWED = (
     "specchat.workers",
     "specchat.services",
     "specchat.store",
+    "specchat.chat_commands",  # the chat's commands: every write the window makes to the store
     "specchat.metrics",
     "specchat.telemetry",
     "specchat.config",

@@ -88,6 +88,7 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
     from PySide6.QtWidgets import QApplication
 
     from .session import AppSession
+    from .slot_errors import SlotErrors
     from .theme import apply_theme
 
     profile = (profile or Profile.default()).with_config_file(config_path)
@@ -126,8 +127,11 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
                                                     QSettings.Format.IniFormat),
                              last_crash=last_crash, work=NativeWork(profile.data_dir))
         session.window.show()
+        slot_errors = SlotErrors(lambda line: session.window.statusBar().showMessage(line, 30_000),
+                                 profile.data_dir / "errors.log")
         try:
-            return app.exec()
+            with slot_errors.installed():
+                return app.exec()
         finally:
             session.close()
     finally:

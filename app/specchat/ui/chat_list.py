@@ -16,8 +16,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.chat_commands import ChatCommands
 from specchat.services.answers import AnswerService, Phase
-from specchat.store import Store
+from specchat.store import Store, StoreError
 
 ROLE = Qt.ItemDataRole.UserRole
 BADGE = {Phase.STREAMING: "● ", Phase.LOADING: "● ", Phase.WAITING: "… "}
@@ -44,6 +45,7 @@ class ChatList(QObject):
     chatSelected = Signal(int)
     newChatRequested = Signal()
     deleteRequested = Signal(int)
+    renameFailed = Signal(str)  # one line: the store refused the new title
 
     def __init__(self, store: Store, answers: AnswerService, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -116,6 +118,10 @@ class ChatList(QObject):
                                              text=self.store.get_chat(self.current).title)
             if not ok:
                 return
-        if title.strip():
-            self.store.rename_chat(self.current, title.strip())
+        try:
+            renamed = ChatCommands(self.store).rename(self.current, title)
+        except StoreError as exc:
+            self.renameFailed.emit(f"the chat keeps its name: {exc}")
+            return
+        if renamed is not None:
             self.refresh()

@@ -20,9 +20,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.chat_commands import ChatCommands
 from specchat.metrics import Counts
 from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase, fallback_warning
-from specchat.store import ChatSettings, Message, MessageStats, PlainReference, Store, plain_reference
+from specchat.store import (
+    ChatSettings,
+    Message,
+    MessageStats,
+    PlainReference,
+    Store,
+    StoreError,
+    plain_reference,
+)
 
 from .chat_header import ChatHeader
 from .conversation import ConversationView
@@ -72,6 +81,7 @@ class ChatPane(QWidget):
     def __init__(self, store: Store, answers: AnswerService, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.store = store
+        self.commands = ChatCommands(store)  # every write of the pane (it only reads the store itself)
         self.answers = answers
         self.chat_id: int | None = None
         self._live: MessageWidget | None = None  # the widget of the shown chat's live answer
@@ -151,7 +161,12 @@ class ChatPane(QWidget):
             return
         new = self.settings().replaced(**change)
         new.validate()
-        self.store.update_settings(self.chat_id, new)
+        try:
+            self.commands.update_settings(self.chat_id, new)
+        except StoreError as exc:
+            self.show_notice(f"{exc}; the setting is as it was", error=True)
+            self.show_settings(self.settings())  # the header back to what is stored
+            return
         self.show_settings(new)
         if "target" in change or "draft" in change:
             self.pairChanged.emit(new)
@@ -183,12 +198,15 @@ class ChatPane(QWidget):
         if s.target is None and not s.backend:  # a server chat needs no local pair
             self.show_notice(NO_PAIR, error=True)
             return
-        self.composer.clear()
-        if self.store.get_chat(self.chat_id).title == "New chat":
-            self.store.rename_chat(self.chat_id, text.splitlines()[0][:60])
+        try:
+            sent = self.commands.send(self.chat_id, text)
+        except StoreError as exc:  # the question stays in the composer, to send again
+            self.show_notice(f"{exc}; your message is still in the box below", error=True)
+            return
+        self.composer.clear()  # only now: the question is stored
+        if sent.retitled:
             self.titleChanged.emit()
-        m = self.store.add_message(self.chat_id, "user", text)
-        self._wire_user(self.conversation.add("user", m.content), m, 1)
+        self._wire_user(self.conversation.add("user", sent.message.content), sent.message, 1)
         self._ask(self.chat_id)
 
     def _ask(self, chat_id: int) -> None:
@@ -209,7 +227,11 @@ class ChatPane(QWidget):
         last_user = self._last_user()
         if last_user is None:
             return
-        self.store.new_version(last_user.id)
+        try:
+            self.commands.regenerate(last_user.chat_id)
+        except StoreError as exc:
+            self.show_notice(f"{exc}; the answer is as it was", error=True)
+            return
         self.show_chat(last_user.chat_id)  # the shown chat's
         self._ask(last_user.chat_id)
 
@@ -230,7 +252,11 @@ class ChatPane(QWidget):
         """Save & resend: the old text and what followed it become a version; the new text is answered."""
         if self.chat_id is None or self.generating or not text.strip():
             return
-        self.store.edit_message(message_id, text.strip())
+        try:
+            self.commands.edit(message_id, text)
+        except StoreError as exc:  # the bubble stays an editor with the new text (show_chat would rebuild it)
+            self.show_notice(f"{exc}; your edit is still in its box", error=True)
+            return
         self.show_chat(self.chat_id)
         self._ask(self.chat_id)
 
@@ -238,7 +264,11 @@ class ChatPane(QWidget):
         """The pager: show version ``number`` of a user message (and the conversation that followed it)."""
         if self.chat_id is None or self.generating:
             return
-        self.store.show_version(message_id, number)
+        try:
+            self.commands.show_version(message_id, number)
+        except StoreError as exc:
+            self.show_notice(f"{exc}; the version shown is as it was", error=True)
+            return
         self.show_chat(self.chat_id)
         w = next((w for w in self.conversation.messages if w.message_id == message_id), None)
         if w is not None:

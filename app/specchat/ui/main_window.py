@@ -17,11 +17,12 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
 from specchat import __version__
+from specchat.chat_commands import ChatCommands
 from specchat.errors import UserError
 from specchat.models.registry import RegistryError
 from specchat.remote.servers import ServerList, servers_file
 from specchat.services.answers import AnswerNotice
-from specchat.store import ChatSettings
+from specchat.store import ChatSettings, StoreError
 from specchat.telemetry.export import export_csv, export_json
 from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import PairInfo
@@ -83,6 +84,7 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.session = session
         self.store = session.store
+        self.commands = ChatCommands(session.store)  # the window's writes: new, delete, undo, settings
         self.answers = session.answers
         self._window_state = window_state  # where size, splitters and docks are kept (None: not kept)
         self.setWindowTitle("SpecChat")
@@ -121,6 +123,7 @@ class MainWindow(QMainWindow):
         self.chats.chatSelected.connect(self.open_chat)
         self.chats.newChatRequested.connect(self.new_chat)
         self.chats.deleteRequested.connect(self.delete_chat)
+        self.chats.renameFailed.connect(lambda line: self.statusBar().showMessage(line, 20_000))
         self.pane.titleChanged.connect(self.chats.refresh)
         self.pane.pairRequested.connect(self.open_models)
         self.pane.pairChanged.connect(self.answers.preload)
@@ -176,8 +179,12 @@ class MainWindow(QMainWindow):
             local = next((c.settings for c in self.store.list_chats() if c.settings.target is not None), None)
             if local is not None:
                 target, draft = local.target, local.draft
-        chat = self.store.create_chat("New chat", ChatSettings(target=target, draft=draft,
-                                                               speculation=str(self.config["default_mode"])))
+        try:
+            chat = self.commands.new_chat(ChatSettings(target=target, draft=draft,
+                                                       speculation=str(self.config["default_mode"])))
+        except StoreError as exc:
+            self.statusBar().showMessage(f"no new chat: {exc}", 20_000)
+            return
         self.open_chat(chat.id)
         self.pane.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
@@ -188,7 +195,12 @@ class MainWindow(QMainWindow):
         if chat_id is None:
             return
         self.answers.stop(chat_id)
-        self.undo_bar.push(chat_id, self.store.trash_chat(chat_id).title)
+        try:
+            trashed = self.commands.delete(chat_id)
+        except StoreError as exc:
+            self.statusBar().showMessage(f"the chat is not deleted: {exc}", 20_000)
+            return
+        self.undo_bar.push(chat_id, trashed.title)
         if chat_id == self.chat_id:
             self.chats.current = None
             self._open_newest()
@@ -200,8 +212,14 @@ class MainWindow(QMainWindow):
         self.undo_bar.undo()
 
     def restore_chat(self, chat_id: int) -> None:
-        """Take a deleted chat out of the trash, at its place in the list, and open it."""
-        self.store.restore_chat(chat_id)
+        """Take a deleted chat out of the trash, at its place in the list, and open it; where the store
+        refuses, the undo offer stays in its bar to try again."""
+        try:
+            self.commands.undo_delete(chat_id)
+        except StoreError as exc:
+            self.statusBar().showMessage(f"the chat is still deleted: {exc}; Undo again to retry", 20_000)
+            return
+        self.undo_bar.restored(chat_id)
         self.open_chat(chat_id)
 
     def _open_newest(self) -> None:
@@ -308,8 +326,11 @@ class MainWindow(QMainWindow):
         if not dialog.exec() or self.chat_id != chat_id:
             return
         new = dialog.result_settings()
-        new.validate()
-        self.store.update_settings(chat_id, new)
+        try:
+            self.commands.update_settings(chat_id, new)
+        except StoreError as exc:
+            self.statusBar().showMessage(f"the chat's settings are as they were: {exc}", 20_000)
+            return
         self.pane.show_settings(new)
         self.pane.header.set_backend(new.backend)
         if new.backend != before.backend:

@@ -84,16 +84,23 @@ class UndoBar(QFrame):
         self._show_last()
 
     def undo(self) -> int | None:
-        """Restore the last deleted chat (the window does it, on ``undoRequested``); its id, or None."""
+        """Ask for the last deleted chat back (the window restores it, on ``undoRequested``, and calls
+        :meth:`restored` once that is stored); its id, or None.  Until then the offer stays: a restore
+        the store refused (a full disk) leaves it where it was, its time started again, to try again."""
         if not self._pending:
             return None
-        chat_id, _title = self._pending.pop()
-        if self._pending:
-            self._show_last()  # the one deleted before it, with its own time
-        else:
-            self.dismiss()
+        chat_id = self._pending[-1][0]
+        self._timer.start()  # a refused restore still has the whole time to be tried again
         self.undoRequested.emit(chat_id)
         return chat_id
+
+    def restored(self, chat_id: int) -> None:
+        """``chat_id`` is out of the trash: its offer goes; the one deleted before it shows, with its own time."""
+        self._pending = [p for p in self._pending if p[0] != chat_id]
+        if self._pending:
+            self._show_last()
+        else:
+            self.dismiss()
 
     def dismiss(self) -> None:
         """No more undo: the chats stay in the trash (purged when the app starts next)."""

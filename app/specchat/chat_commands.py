@@ -1,0 +1,93 @@
+"""The commands a user gives a chat, Qt-free: the model behind the chat pane, the chat list and the menus.
+
+The widgets call these and show what comes back; the order of the writes lives here.  A command either
+stores what it must or raises :class:`~specchat.store.StoreWriteError` (one line: the disk full, the
+file made read-only, another process holding the lock past the busy timeout) with nothing the user
+sees changed, so the widget keeps what is on the screen: the question stays in the composer, the undo
+offer in its bar, the edit in its box, and the user can try again.
+
+    commands = ChatCommands(store)
+    try:
+        sent = commands.send(chat_id, composer_text)
+    except StoreWriteError as exc:
+        show(str(exc))            # the composer still holds the text
+    else:
+        composer.clear()          # only now: the question is stored
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specchat.store import Chat, ChatSettings, Message, Store, StoreError
+
+NEW_CHAT = "New chat"  # a chat's title until its first question names it
+TITLE_CHARS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A stored question, and whether the chat took its first line as its title."""
+
+    message: Message
+    retitled: bool
+
+
+class ChatCommands:
+    """Send, regenerate, edit, page versions, new, delete and undo, rename, change settings: each one
+    transaction of the store, or the question stored first where a command writes twice."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def send(self, chat_id: int, text: str) -> Sent:
+        """Store a question (``text``, stripped; never empty).  A chat still called "New chat" takes
+        the question's first line as its title, after the question is stored: a title that cannot be
+        written costs the title, never the question."""
+        text = text.strip()
+        if not text:
+            raise ValueError("an empty question")
+        retitle = self.store.get_chat(chat_id).title == NEW_CHAT
+        message = self.store.add_message(chat_id, "user", text)
+        if retitle:
+            try:
+                self.store.rename_chat(chat_id, text.splitlines()[0][:TITLE_CHARS])
+            except StoreError:  # the question is stored; the title is named at the next send
+                retitle = False
+        return Sent(message, retitle)
+
+    def last_question(self, chat_id: int) -> Message | None:
+        return next((m for m in reversed(self.store.messages(chat_id)) if m.role == "user"), None)
+
+    def regenerate(self, chat_id: int) -> Message | None:
+        """A new version of the last question, to be answered again (None: the chat has no question)."""
+        last = self.last_question(chat_id)
+        return None if last is None else self.store.new_version(last.id)
+
+    def edit(self, message_id: int, text: str) -> Message:
+        """Save & resend: the old text and what followed it become a version; ``text`` is answered."""
+        text = text.strip()
+        if not text:
+            raise ValueError("an empty question")
+        return self.store.edit_message(message_id, text)
+
+    def show_version(self, message_id: int, number: int) -> Message:
+        return self.store.show_version(message_id, number)
+
+    def new_chat(self, settings: ChatSettings) -> Chat:
+        return self.store.create_chat(NEW_CHAT, settings)
+
+    def delete(self, chat_id: int) -> Chat:
+        """To the trash (whole, restorable until the next start purges it)."""
+        return self.store.trash_chat(chat_id)
+
+    def undo_delete(self, chat_id: int) -> Chat:
+        return self.store.restore_chat(chat_id)
+
+    def rename(self, chat_id: int, title: str) -> Chat | None:
+        """None where ``title`` is blank (nothing to do)."""
+        return self.store.rename_chat(chat_id, title.strip()) if title.strip() else None
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> Chat:
+        settings.validate()
+        return self.store.update_settings(chat_id, settings)
