@@ -116,6 +116,7 @@ class ChatPane(QWidget):
         answers.queueChanged.connect(self.update_buttons)
         answers.notice.connect(self._on_notice)
         self._notice_error = False
+        self._notice_sticky = False  # a refused write's line: kept until the user acts (show_notice)
         self._fallback_limit: float | None = None  # the fallback-share warning is shown, with this limit
         controller().changed.connect(self._style_notice)
 
@@ -164,7 +165,7 @@ class ChatPane(QWidget):
         try:
             self.commands.update_settings(self.chat_id, new)
         except StoreError as exc:
-            self.show_notice(f"{exc}; the setting is as it was", error=True)
+            self.show_notice(f"{exc}; the setting is as it was", error=True, sticky=True)
             self.show_settings(self.settings())  # the header back to what is stored
             return
         self.show_settings(new)
@@ -201,7 +202,7 @@ class ChatPane(QWidget):
         try:
             sent = self.commands.send(self.chat_id, text)
         except StoreError as exc:  # the question stays in the composer, to send again
-            self.show_notice(f"{exc}; your message is still in the box below", error=True)
+            self.show_notice(f"{exc}; your message is still in the box below", error=True, sticky=True)
             return
         self.composer.clear()  # only now: the question is stored
         if sent.retitled:
@@ -230,7 +231,7 @@ class ChatPane(QWidget):
         try:
             self.commands.regenerate(last_user.chat_id)
         except StoreError as exc:
-            self.show_notice(f"{exc}; the answer is as it was", error=True)
+            self.show_notice(f"{exc}; the answer is as it was", error=True, sticky=True)
             return
         self.show_chat(last_user.chat_id)  # the shown chat's
         self._ask(last_user.chat_id)
@@ -255,7 +256,7 @@ class ChatPane(QWidget):
         try:
             self.commands.edit(message_id, text)
         except StoreError as exc:  # the bubble stays an editor with the new text (show_chat would rebuild it)
-            self.show_notice(f"{exc}; your edit is still in its box", error=True)
+            self.show_notice(f"{exc}; your edit is still in its box", error=True, sticky=True)
             return
         self.show_chat(self.chat_id)
         self._ask(self.chat_id)
@@ -267,7 +268,7 @@ class ChatPane(QWidget):
         try:
             self.commands.show_version(message_id, number)
         except StoreError as exc:
-            self.show_notice(f"{exc}; the version shown is as it was", error=True)
+            self.show_notice(f"{exc}; the version shown is as it was", error=True, sticky=True)
             return
         self.show_chat(self.chat_id)
         w = next((w for w in self.conversation.messages if w.message_id == message_id), None)
@@ -347,14 +348,22 @@ class ChatPane(QWidget):
         else:
             self.show_notice(notice.text, error=notice.error)
 
+    def clear_pair_notice(self) -> None:
+        """A pair loaded: what the notice said of the pair is stale; a refused write's line stays."""
+        if not self._notice_sticky:
+            self.show_notice("")
+
     def _show_fallback(self, counts: Counts, limit: float) -> None:
         text = fallback_warning(counts, limit)
         if self.notice.text() != text:
             self.show_notice(text)
         self._fallback_limit = limit
 
-    def show_notice(self, text: str, error: bool = False) -> None:
+    def show_notice(self, text: str, error: bool = False, *, sticky: bool = False) -> None:
+        """One line above the composer ("" hides it).  A ``sticky`` one (a write the store refused)
+        stays until the user's next action; a pair that finishes loading does not take it away."""
         self._notice_error = error
+        self._notice_sticky = sticky and bool(text)
         self._fallback_limit = None  # the notice is no longer the fallback-share warning
         self._style_notice(current())
         self.notice.setText(text)

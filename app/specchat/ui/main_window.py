@@ -236,7 +236,7 @@ class MainWindow(QMainWindow):
             self.answers.preload(self.pane.settings())
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
-        self.pane.show_notice("")  # "No model pair…", "No models yet…" or the last load's failure: stale now
+        self.pane.clear_pair_notice()  # "No model pair…", "No models yet…" or the last load's failure: stale now
         self.telemetry.set_memory_shares(info.memory_shares)
         self.telemetry.set_backend(info)
         self.pane.header.set_reasoning_available(info.supports_reasoning_switch)
