@@ -187,9 +187,6 @@ class FakeModel(LoadedModel):
         except IndexError:
             raise LlamaError(f"no logits for batch row {i}") from None
 
-    def set_threads(self, n_threads: int) -> None:
-        self.n_threads = n_threads
-
     @property
     def ctx(self):
         raise LlamaError("the fake model has no llama.cpp context: use greedy sampling without penalties")

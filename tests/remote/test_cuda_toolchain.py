@@ -4,7 +4,6 @@ nothing here downloads or compiles; the real run is in docs/benchmarks.md (issue
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace

@@ -267,25 +267,6 @@ def test_bad_settings_are_refused_and_damaged_ones_fall_back_to_defaults(store):
     assert store.get_chat(chat.id).settings == ChatSettings()  # the chat still opens
 
 
-def test_app_settings_round_trip_as_json(db_path):
-    with open_store(db_path) as s:
-        assert s.get_setting("theme", "light") == "light"
-        s.set_setting("theme", "dark")
-        s.set_setting("window", {"w": 1200, "h": 800, "splitter": [300, 900]})
-        s.set_setting("gpu_layers_draft", None)
-        s.set_setting("theme", "system")  # overwrite
-        with pytest.raises(TypeError):
-            s.set_setting("bad", object())
-    with open_store(db_path) as s:
-        assert s.get_setting("theme") == "system"
-        assert s.get_setting("window") == {"w": 1200, "h": 800, "splitter": [300, 900]}
-        assert s.get_setting("gpu_layers_draft", 99) is None  # a stored null is not "missing"
-        assert s.all_settings() == {"gpu_layers_draft": None, "theme": "system",
-                                    "window": {"w": 1200, "h": 800, "splitter": [300, 900]}}
-        s.delete_setting("theme")
-        assert s.get_setting("theme") is None
-
-
 def test_delete_chat_removes_its_messages_and_only_its_own(store):
     doomed = store.create_chat("doomed")
     kept = store.create_chat("kept")

@@ -356,9 +356,6 @@ class LoadedModel:
             cached = self._pieces[token] = buf.raw[: max(n, 0)]
         return cached
 
-    def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
-
     def is_eog(self, token: int) -> bool:
         v = self._eog.get(token)
         if v is None:
@@ -477,10 +474,6 @@ class LoadedModel:
         # the row type is made once: 1.8 us a call against np.ctypeslib.as_array's 4.8 us, which
         # builds a ctypes array type every time (measured, 152k vocabulary); a round reads K + 2 rows
         return np.frombuffer(self._row_type.from_address(ctypes.addressof(ptr.contents)), dtype=np.float32)
-
-    def set_threads(self, n_threads: int) -> None:
-        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
-        self.n_threads = n_threads
 
     @property
     def ctx(self) -> llama_cpp.llama_context_p | None:  # the raw context, for the sampler chain

@@ -313,9 +313,6 @@ class GGUFHeader:
         arch = self.metadata.get("general.architecture")
         return arch if isinstance(arch, str) and 0 < len(arch) <= MAX_ARCH_NAME else "unknown"
 
-    def arch_get(self, key: str, default: object = None) -> object:
-        return self.metadata.get(f"{self.architecture}.{key}", default)
-
     # -- typed accessors: a value of the wrong type or out of range is a GGUFError naming the key
 
     def _bad(self, key: str, value: object, expected: str) -> GGUFError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -251,7 +251,3 @@ class Keychain:
 def _why(exc: BaseException) -> str:
     text = str(exc).split("\n")[0].strip()
     return text[:120] or type(exc).__name__
-
-
-def with_model(server: ServerConfig, model: str) -> ServerConfig:
-    return replace(server, model=model)

@@ -10,7 +10,6 @@ is turned into "stopped" at the next open, keeping its text.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sqlite3
@@ -352,36 +351,6 @@ class Store:
         if ids:
             log.info("recovered %d interrupted answer(s): %s", len(ids), ids)
         return ids
-
-    # -- app settings ------------------------------------------------------------------
-
-    def get_setting(self, key: str, default: Any = None) -> Any:
-        row = self.connection.execute("SELECT value FROM app_settings WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return default
-        try:
-            return json.loads(row[0])
-        except ValueError:
-            log.warning("app setting %r unreadable; using the default", key)
-            return default
-
-    def set_setting(self, key: str, value: Any) -> None:
-        """Store a JSON-serialisable value (raises TypeError for anything else)."""
-        text = json.dumps(value)
-        with transaction(self.connection) as conn:
-            conn.execute(
-                "INSERT INTO app_settings (key, value) VALUES (?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, text),
-            )
-
-    def delete_setting(self, key: str) -> None:
-        with transaction(self.connection) as conn:
-            conn.execute("DELETE FROM app_settings WHERE key = ?", (key,))
-
-    def all_settings(self) -> dict[str, Any]:
-        rows = self.connection.execute("SELECT key FROM app_settings ORDER BY key").fetchall()
-        return {row[0]: self.get_setting(row[0]) for row in rows}
 
 
 class AnswerWriter:

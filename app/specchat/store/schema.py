@@ -20,7 +20,9 @@ Step = str | Callable[[sqlite3.Connection], None]
 Migration = Sequence[Step]
 
 # Version 1: chats, messages (with streaming state, stats and token origins), app
-# settings, per-answer task runs.  AUTOINCREMENT on purpose: an id is never reused, so a
+# settings (unread since issue 33: the settings live in config.toml; the empty table stays, as
+# dropping it would take a schema version that every older SpecChat refuses to open), per-answer
+# task runs.  AUTOINCREMENT on purpose: an id is never reused, so a
 # late write from a stale AnswerWriter (answer deleted by "regenerate" while it was
 # still streaming) can never land in the message that replaced it.
 _V1 = [
