@@ -158,3 +158,31 @@ def test_the_command_checks_before_it_builds(tmp_path, monkeypatch, capsys):
     assert main(["cuda-build", "--arch", "7.0", "--check"]) == 2
     assert "7.5 (Turing) and newer" in capsys.readouterr().err
     assert not any(tmp_path.rglob("nvcc"))  # --check installs nothing
+
+
+def test_the_command_builds_the_bindings_then_llama_server_with_the_same_toolchain(tmp_path, monkeypatch, capsys):
+    from specchat.remote import build
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cuda, "detect_gpu", lambda nvml=None: cuda.Gpu("NVIDIA GeForce RTX 4090", 89, 13000))
+    real_ensure = cuda.ensure
+    monkeypatch.setattr(cuda, "ensure", lambda root, log: real_ensure(root, run=FakePip(), log=log))
+    built: dict[str, object] = {}
+
+    def bindings(tc, arch, wheel_dir, **kw):
+        built["bindings"] = (arch, kw["install"], wheel_dir)
+        return wheel_dir / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+
+    def server(root, **kw):
+        built["server"] = (kw["accel"], kw["extra_args"])
+        return root / "bin" / "llama-server"
+
+    monkeypatch.setattr(cuda, "build_bindings", bindings)
+    monkeypatch.setattr(build, "build_llama_server", server)
+    assert main(["cuda-build", "--jobs", "3"]) == 0
+    arch, install, wheel_dir = built["bindings"]
+    assert arch == 89 and install is True and wheel_dir == tmp_path / "specchat" / "cuda" / "wheels"
+    accel, extra = built["server"]
+    assert accel == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=89" in extra  # the card the driver named
+    out = capsys.readouterr()
+    assert out.out.splitlines()[-1].endswith("llama-server") and "RTX 4090, compute capability 8.9" in out.err
