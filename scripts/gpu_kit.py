@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LLAMA_CPP_PYTHON = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
 KIT_LIMIT_BYTES = 40 << 20  # the carried working tree is 64 MiB in all; the repo needs the rest
+CARRY_LIMIT_BYTES = 58 << 20  # the kit with a prebuilt CUDA tree (the repo's tracked files are about 5 MiB)
 DEFAULT_SITE = Path("/tmp/specchat-gpu-kit/site")
 DEFAULT_WORK = Path("/tmp/specchat-gpu-kit/work")
 TOKENIZER_FILE = "qwen-tokenizer.gguf"
@@ -1056,7 +1057,9 @@ CUDA_RUNTIME = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13")
 def link_cuda_runtime(bin_dir: Path) -> list[str]:
     """Links in ``bin_dir`` (the RPATH's $ORIGIN) to this machine's CUDA 13 runtime and cuBLAS: the
     toolkit's, else the Python ``nvidia`` packages' (PyTorch's).  Returns the names it found nowhere."""
-    roots = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))]
+    from specchat.remote import cuda_toolchain
+
+    roots = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")), cuda_toolchain.default_root()]
     if shutil.which("nvcc"):
         roots.append(Path(shutil.which("nvcc") or "").resolve().parent.parent)
     try:
@@ -1302,8 +1305,10 @@ def cmd_build(args: argparse.Namespace) -> int:
                   from_index=args.cuda_from_index)
             if args.cuda_from_index:
                 packed = pack_prebuilt(args.site, args.kit)
-                print(f"{packed}: {packed.stat().st_size / 2**20:.1f} MiB; the kit is "
-                      f"{folder_size(args.kit) / 2**20:.1f} MiB", flush=True)
+                size = folder_size(args.kit)
+                print(f"{packed}: {packed.stat().st_size / 2**20:.1f} MiB; the kit is {size / 2**20:.1f} MiB"
+                      + (f": over the {CARRY_LIMIT_BYTES >> 20} MiB the carry leaves it" if size > CARRY_LIMIT_BYTES
+                         else ""), flush=True)
     except BaseException as exc:
         set_build_status(args.site, state="failed", error=str(exc)[:500])
         raise
