@@ -132,7 +132,7 @@ def test_the_bindings_are_built_with_the_toolchain_and_installed(tmp_path):
     wheel = cuda.build_bindings(tc, 86, tmp_path / "wheels", version="0.3.36", jobs=3, run=pip, log=lambda _: None)
     assert wheel.name.startswith("llama_cpp_python-0.3.36-") and wheel.is_file()
     (build_cmd, env), (install_cmd, _) = pip.calls
-    assert build_cmd[3:5] == ["wheel", "--no-deps"] and build_cmd[-1] == "llama_cpp_python==0.3.36"
+    assert build_cmd[3:6] == ["wheel", "-v", "--no-deps"] and build_cmd[-1] == "llama_cpp_python==0.3.36"
     assert env is not None and env["CMAKE_ARGS"].startswith("-DGGML_CUDA=ON ")
     assert "-DCMAKE_CUDA_ARCHITECTURES=86" in env["CMAKE_ARGS"] and env["CMAKE_BUILD_PARALLEL_LEVEL"] == "3"
     assert env["PATH"].startswith(str(tc.root / "bin"))
@@ -186,3 +186,25 @@ def test_the_command_builds_the_bindings_then_llama_server_with_the_same_toolcha
     assert accel == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=89" in extra  # the card the driver named
     out = capsys.readouterr()
     assert out.out.splitlines()[-1].endswith("llama-server") and "RTX 4090, compute capability 8.9" in out.err
+
+
+def test_a_long_build_says_how_far_it_is(tmp_path):
+    import time
+
+    log = tmp_path / "build.log"
+    log.write_text("-- Configuring done\n[  3%] Building CUDA object acc.cu.o\n")
+    said: list[str] = []
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 10  # generous: a loaded machine may be slow to wake the watcher
+        while len(said) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    with cuda.build_progress(log, said.append, every_s=0.05):
+        wait_for(1)
+        with log.open("a") as f:
+            f.write("[ 41%] Building CUDA object fattn.cu.o\n")
+        wait_for(2)
+        time.sleep(0.2)  # no new figure: nothing more is said
+    assert [s.split("%")[0].strip() for s in said] == ["3", "41"]  # each new figure once
+    assert all("compiled" in s and "min so far" in s for s in said)

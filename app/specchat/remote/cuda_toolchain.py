@@ -26,7 +26,9 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -287,8 +289,10 @@ def build_bindings(tc: Toolchain, arch: int, wheel_dir: Path, *, version: str | 
         old.unlink()
     log(f"building {DIST} {version} for CUDA sm_{arch} with {env['CMAKE_BUILD_PARALLEL_LEVEL']} job(s); "
         f"the log is {log_path}")
-    rc = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", DIST, "--no-cache-dir",
-              "--disable-pip-version-check", "-w", str(wheel_dir), f"{DIST}=={version}"], wheel_dir, log_path, env=env)
+    with build_progress(log_path, log):
+        rc = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-binary", DIST, "--no-cache-dir",
+                  "--disable-pip-version-check", "-w", str(wheel_dir), f"{DIST}=={version}"], wheel_dir, log_path,
+                 env=env)
     if rc != 0:
         raise ServerError(f"building {DIST} for CUDA failed (pip exit {rc}): {last_error_line(log_path)}; "
                           f"the whole log is {log_path}")
@@ -302,3 +306,35 @@ def build_bindings(tc: Toolchain, arch: int, wheel_dir: Path, *, version: str | 
         if rc != 0:
             raise ServerError(f"installing the CUDA {DIST} failed (pip exit {rc}): {last_error_line(log_path)}")
     return wheels[-1]
+
+
+_PERCENT = re.compile(rb"^\[\s*(\d{1,3})%\]", re.M)
+
+
+@contextlib.contextmanager
+def build_progress(log_path: Path, log: Callable[[str], None], every_s: float = 30.0) -> Iterator[None]:
+    """While the block runs, say every ``every_s`` how far the build in ``log_path`` is (the newest
+    ``[ NN%]`` of cmake's output), so an hour-long build is never silent; stops with the block."""
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def watch() -> None:
+        said = -1
+        while not stop.wait(every_s):
+            try:
+                with log_path.open("rb") as f:
+                    f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+                    found = _PERCENT.findall(f.read())
+            except OSError:
+                continue
+            if found and int(found[-1]) != said:
+                said = int(found[-1])
+                log(f"  {said}% compiled, {(time.monotonic() - t0) / 60:.0f} min so far")
+
+    watcher = threading.Thread(target=watch, name="build-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
