@@ -308,13 +308,19 @@ def build_bindings(tc: Toolchain, arch: int, wheel_dir: Path, *, version: str | 
     return wheels[-1]
 
 
-_PERCENT = re.compile(rb"^\[\s*(\d{1,3})%\]", re.M)
+# how far a build is: make's "[ 41%]" or Ninja's "[97/339]" (what pip's build of llama-cpp-python prints)
+_PERCENT = re.compile(rb"^\s*\[\s*(\d{1,3})%\]|^\s*\[(\d+)/(\d+)\]", re.M)
+
+
+def _percent(match: tuple[bytes, bytes, bytes]) -> int:
+    pct, done, total = match
+    return int(pct) if pct else int(done) * 100 // max(int(total), 1)
 
 
 @contextlib.contextmanager
 def build_progress(log_path: Path, log: Callable[[str], None], every_s: float = 30.0) -> Iterator[None]:
     """While the block runs, say every ``every_s`` how far the build in ``log_path`` is (the newest
-    ``[ NN%]`` of cmake's output), so an hour-long build is never silent; stops with the block."""
+    ``[ NN%]`` or ``[n/total]`` of its output), so an hour-long build is never silent; stops with the block."""
     stop = threading.Event()
     t0 = time.monotonic()
 
@@ -327,8 +333,8 @@ def build_progress(log_path: Path, log: Callable[[str], None], every_s: float = 
                     found = _PERCENT.findall(f.read())
             except OSError:
                 continue
-            if found and int(found[-1]) != said:
-                said = int(found[-1])
+            if found and _percent(found[-1]) != said:
+                said = _percent(found[-1])
                 log(f"  {said}% compiled, {(time.monotonic() - t0) / 60:.0f} min so far")
 
     watcher = threading.Thread(target=watch, name="build-progress", daemon=True)
