@@ -28,6 +28,7 @@ UI_ALLOWED = (
     "specchat.services",
     "specchat.store",
     "specchat.chat_commands",  # the chat's commands: every write the window makes to the store
+    "specchat.stats_line",  # the stats line under an answer, in words (the CLI prints the same)
     "specchat.metrics",
     "specchat.telemetry",
     "specchat.config",

@@ -8,8 +8,8 @@ from pathlib import Path
 from helpers.app_driver import send, wait_idle
 from helpers.fakes import FakeSpec
 from specchat.metrics import Counts
+from specchat.stats_line import stats_line
 from specchat.store import ChatSettings, MessageStats
-from specchat.ui.chat_pane import footer_text
 from specchat.ui.settings_dialogs import ChatSettingsDialog
 
 
@@ -28,13 +28,13 @@ def test_chat_settings_offers_the_three_policies_and_keeps_the_choice(qtbot, tas
 def test_an_older_chat_without_a_policy_reads_as_stop():
     assert ChatSettings.from_json('{"max_tokens": 77}').context_policy == "stop"
     stats = MessageStats.from_json('{"counts": {"tokens": 3}, "mode": "draft"}')
-    assert stats is not None and stats.n_ctx == 0 and "context" not in footer_text(stats, "done")
+    assert stats is not None and stats.n_ctx == 0 and "context" not in stats_line(stats, "done")
 
 
 def test_the_footer_says_the_context_used_and_what_was_left_out():
     stats = MessageStats(Counts.of_answer(40, 1.0, prompt_tokens=400), mode="draft", stop_reason="eog",
                          n_ctx=512, left_out=6)
-    assert "context 440 / 512 (6 earlier messages not sent)" in footer_text(stats, "done")
+    assert "context 440 / 512 (6 earlier messages not sent)" in stats_line(stats, "done")
     assert MessageStats.from_json(stats.to_json()) == stats
 
 

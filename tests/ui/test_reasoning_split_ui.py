@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specchat.metrics import Counts, PhaseSplit
+from specchat.stats_line import stats_line
 from specchat.store import ChatSettings, MessageStats, open_store
-from specchat.ui.chat_pane import footer_text
 from specchat.ui.task_table import TaskTableDialog
 from specchat.ui.telemetry_panel import _phases_html
 
@@ -15,9 +15,9 @@ SPLIT = PhaseSplit(Counts(tokens=30, decoded=30, decode_s=3.0, drafted=40, accep
 def test_the_footer_shows_each_phase_when_the_answer_reasoned_and_nothing_more_when_not() -> None:
     stats = MessageStats(Counts.of_answer(71, 5.0) + Counts(drafted=80, accepted=40), mode="draft",
                          stop_reason="eog", phases=SPLIT)
-    text = footer_text(stats, "done")
+    text = stats_line(stats, "done")
     assert "reasoning 25% accepted, 10.0 tok/s" in text and "answer 75% accepted, 20.0 tok/s" in text
-    plain = footer_text(MessageStats(Counts.of_answer(71, 5.0), mode="draft", stop_reason="eog"), "done")
+    plain = stats_line(MessageStats(Counts.of_answer(71, 5.0), mode="draft", stop_reason="eog"), "done")
     assert "reasoning" not in plain and "answer" not in plain
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from helpers.app_driver import send, wait_idle
 from helpers.fakes import FakeSpec
 from specchat.metrics import Counts
+from specchat.stats_line import stats_line
 from specchat.store import MessageStats, PlainReference
-from specchat.ui.stats_line import stats_line
 
 SPEC = Counts.of_answer(101, 2.0, prefill_s=0.35) + Counts(drafted=180, accepted=120, rounds=60, rounds_with_draft=60,
                                                            k_sum=180)

@@ -275,6 +275,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _print_answer(events) -> int:
     """Stream an answer's events to the terminal (reasoning to stderr) and end with the stats line."""
     from specchat.engine import Done, Error, Fallback, TokensEmitted
+    from specchat.stats_line import stats_line
+    from specchat.store import MessageStats
 
     out = sys.stdout
     in_reasoning_shown = False
@@ -296,8 +298,10 @@ def _print_answer(events) -> int:
             rc = EXIT_BAD_INPUT
         elif isinstance(ev, Done):
             s = ev.stats
-            print(f"\n\n-- {s.summary()} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s or 0:.0f} tok/s"
-                  f" · stop: {ev.stop_reason.value}" + (f" ({ev.message})" if ev.message else ""))
+            line = stats_line(MessageStats.from_generation(s, ev.stop_reason, error=ev.message
+                                                           if ev.stop_reason.value == "error" else ""), "done")
+            print(f"\n\n-- {line} · prompt {s.prompt_tokens} tok at {s.prefill_tok_s or 0:.0f} tok/s"
+                  + (f" ({ev.message})" if ev.message and ev.stop_reason.value != "error" else ""))
             if ev.stop_reason.value == "error":
                 rc = EXIT_BAD_INPUT
     return rc

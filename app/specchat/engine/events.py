@@ -143,14 +143,5 @@ class GenerationStats(CountsView):
         """Nothing counted (an answer that failed before its first token)."""
         return cls(str(mode))
 
-    def summary(self) -> str:
-        """The one-line footer: '41.0 tok/s · 212 tokens · 78% draft accepted · mean K 3.1'."""
-        parts = [f"{self.decode_tok_s:.1f} tok/s", f"{self.tokens} tokens"]
-        if self.token_acceptance is not None:
-            parts.append(f"{self.token_acceptance:.0%} draft accepted")
-            parts.append(f"mean K {self.mean_k:.1f}")
-        parts.append(self.mode)
-        return " · ".join(parts)
-
 
 Event = Prefilled | TokensEmitted | RoundStats | Fallback | Done | Error

@@ -23,11 +23,10 @@ from PySide6.QtWidgets import (
 from specchat.chat_commands import ChatCommands
 from specchat.metrics import Counts
 from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase, fallback_warning
+from specchat.stats_line import stats_line
 from specchat.store import (
     ChatSettings,
     Message,
-    MessageStats,
-    PlainReference,
     Store,
     StoreError,
     plain_reference,
@@ -37,7 +36,6 @@ from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .load_progress import LoadProgressLine
 from .message_widget import MessageWidget
-from .stats_line import stats_line
 from .theme import Theme, controller, current
 
 LIVE_FOOTER = {
@@ -61,9 +59,6 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
-def footer_text(stats: MessageStats | None, state: str | None, reference: PlainReference | None = None) -> str:
-    """The stats line under a stored answer (see :mod:`.stats_line`)."""
-    return stats_line(stats, state, reference)
 
 
 
@@ -337,7 +332,7 @@ class ChatPane(QWidget):
 
     def _footer(self, m: Message) -> str:
         """A stored answer's stats line, its "x vs plain" against the plain runs of its pair."""
-        return footer_text(m.stats, m.state, plain_reference(self.store, m.id) if m.stats else None)
+        return stats_line(m.stats, m.state, plain_reference(self.store, m.id) if m.stats else None)
 
     def _on_notice(self, notice: AnswerNotice) -> None:
         if notice.chat_id != self.chat_id or not (notice.error or notice.warning or notice.permanent):

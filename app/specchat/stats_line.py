@@ -1,4 +1,5 @@
 """The stats line under an answer: what it measured, in words, and nothing it did not measure.
+One formatter for the window's footers and ``specchat chat``'s last line (Qt-free).
 
 Time to first token, decode speed, tokens, which drafter ran (and, when ``auto`` refused one,
 why), accepted of drafted tokens, the multiplier over plain decoding and why it stopped.  The
