@@ -91,7 +91,8 @@ def test_an_old_driver_or_an_old_card_is_one_line():
         cuda.check_gpu(cuda.detect_gpu(fake_nvml(arch=(6, 1))))
 
 
-def test_the_wheels_become_a_toolkit_once_and_are_reused(tmp_path):
+def test_the_wheels_become_a_toolkit_once_and_are_reused(tmp_path, monkeypatch):
+    plenty_of_disk(monkeypatch)
     pip = FakePip()
     tc = cuda.ensure(tmp_path, run=pip, log=lambda _: None)
     assert tc.nvcc == tmp_path / "13.0" / "nvidia" / "cu13" / "bin" / "nvcc" and tc.nvcc.is_file()
@@ -110,7 +111,8 @@ def test_the_wheels_become_a_toolkit_once_and_are_reused(tmp_path):
     assert cuda.ensure(tmp_path, run=again, log=lambda _: None) == tc and again.calls == []
 
 
-def test_a_failed_install_is_one_line_and_leaves_nothing_that_looks_installed(tmp_path):
+def test_a_failed_install_is_one_line_and_leaves_nothing_that_looks_installed(tmp_path, monkeypatch):
+    plenty_of_disk(monkeypatch)
     with pytest.raises(ServerError) as info:
         cuda.ensure(tmp_path, run=FakePip(fail="install"), log=lambda _: None)
     text = str(info.value)
@@ -126,7 +128,8 @@ def test_not_enough_disk_is_one_line(tmp_path, monkeypatch):
         cuda.ensure(tmp_path, run=FakePip(), log=lambda _: None)
 
 
-def test_the_bindings_are_built_with_the_toolchain_and_installed(tmp_path):
+def test_the_bindings_are_built_with_the_toolchain_and_installed(tmp_path, monkeypatch):
+    plenty_of_disk(monkeypatch)
     tc = cuda.ensure(tmp_path / "cuda", run=FakePip(), log=lambda _: None)
     pip = FakePip()
     wheel = cuda.build_bindings(tc, 86, tmp_path / "wheels", version="0.3.36", jobs=3, run=pip, log=lambda _: None)
@@ -139,14 +142,21 @@ def test_the_bindings_are_built_with_the_toolchain_and_installed(tmp_path):
     assert install_cmd[3:] == ["install", "--no-deps", "--force-reinstall", "--disable-pip-version-check", str(wheel)]
 
 
-def test_a_failed_build_names_the_log(tmp_path):
+def test_a_failed_build_names_the_log(tmp_path, monkeypatch):
+    plenty_of_disk(monkeypatch)
     tc = cuda.ensure(tmp_path / "cuda", run=FakePip(), log=lambda _: None)
     with pytest.raises(ServerError, match=r"building llama_cpp_python for CUDA failed \(pip exit 1\): .*\.log"):
         cuda.build_bindings(tc, 86, tmp_path / "w", version="0.3.36", run=FakePip(fail="wheel"), log=lambda _: None)
 
 
+def plenty_of_disk(monkeypatch) -> None:
+    """The checks ask for 5.4 GB free; a test machine's disk is not what is tested."""
+    monkeypatch.setattr(cuda.shutil, "disk_usage", lambda p: SimpleNamespace(free=100_000_000_000))
+
+
 def test_the_command_checks_before_it_builds(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    plenty_of_disk(monkeypatch)
     monkeypatch.setattr(cuda, "detect_gpu", lambda nvml=None: (_ for _ in ()).throw(
         ServerError("no NVIDIA GPU found: NVML cannot start (x); install the NVIDIA driver, or give the card's "
                     "architecture with --arch")))
@@ -164,6 +174,7 @@ def test_the_command_builds_the_bindings_then_llama_server_with_the_same_toolcha
     from specchat.remote import build
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    plenty_of_disk(monkeypatch)
     monkeypatch.setattr(cuda, "detect_gpu", lambda nvml=None: cuda.Gpu("NVIDIA GeForce RTX 4090", 89, 13000))
     real_ensure = cuda.ensure
     monkeypatch.setattr(cuda, "ensure", lambda root, log: real_ensure(root, run=FakePip(), log=log))
