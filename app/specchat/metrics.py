@@ -287,12 +287,11 @@ def counted(name: str) -> property:
     return property(lambda self: getattr(self.counts, name), doc=f"``counts.{name}``")
 
 
-class CountsView:
-    """The flat names and one answer's figures over ``self.counts``, for records that embed a
-    :class:`Counts` (the engine's answer stats, stored message stats, a bench run).
-
-    Every count reads through; the rates are 0.0 rather than None where a screen prints a
-    number either way; the acceptances stay None when nothing was drafted.
+class CountsFigures:
+    """The flat names and the figures over ``self.counts``, for records that embed a
+    :class:`Counts`: every count reads through, and every figure is the counts' own (None
+    where it is undefined).  :class:`CountsView` is the one-answer flavour of it; the
+    telemetry's running numbers use it as it is.
     """
 
     __slots__ = ()
@@ -316,12 +315,12 @@ class CountsView:
     overhead_s = counted("overhead_s")
 
     @property
-    def decode_tok_s(self) -> float:
-        return self.counts.decode_tok_s or 0.0
+    def decode_tok_s(self) -> float | None:
+        return self.counts.decode_tok_s
 
     @property
-    def prefill_tok_s(self) -> float:
-        return self.counts.prefill_tok_s or 0.0
+    def prefill_tok_s(self) -> float | None:
+        return self.counts.prefill_tok_s
 
     @property
     def token_acceptance(self) -> float | None:
@@ -330,6 +329,37 @@ class CountsView:
     @property
     def sequence_acceptance(self) -> float | None:
         return self.counts.sequence_acceptance
+
+    @property
+    def mean_k(self) -> float | None:
+        return self.counts.mean_k
+
+    @property
+    def mean_accepted(self) -> float | None:
+        return self.counts.mean_accepted
+
+    @property
+    def fallback_share(self) -> float | None:
+        return self.counts.fallback_share
+
+
+class CountsView(CountsFigures):
+    """The flat names and one answer's figures over ``self.counts``, for records that embed a
+    :class:`Counts` (the engine's answer stats, stored message stats, a bench run).
+
+    Every count reads through; the rates are 0.0 rather than None where a screen prints a
+    number either way; the acceptances stay None when nothing was drafted.
+    """
+
+    __slots__ = ()
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.counts.decode_tok_s or 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.counts.prefill_tok_s or 0.0
 
     @property
     def mean_k(self) -> float:

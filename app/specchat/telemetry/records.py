@@ -16,7 +16,7 @@ import numpy as np
 from specchat import metrics
 from specchat.engine.events import GenerationStats
 from specchat.engine.settings import Drafter
-from specchat.metrics import Counts, PhaseSplit, counted
+from specchat.metrics import Counts, CountsFigures, PhaseSplit, counted
 
 from .samplers import MemorySample
 
@@ -108,9 +108,11 @@ class AnswerRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class RunningNumbers:
+class RunningNumbers(CountsFigures):
     """Totals of one answer or of many: their pooled :class:`~specchat.metrics.Counts`, with the
-    figures as properties computed from them (the same rule as :mod:`specchat.store.task_stats`)."""
+    figures as properties computed from them (the same rule as :mod:`specchat.store.task_stats`).
+    The counts and figures read through :class:`~specchat.metrics.CountsFigures`, None where
+    undefined; ``decoded_tokens``, ``prefill_tokens`` and ``tok_s`` are the export's names."""
 
     answers: int
     counts: Counts
@@ -118,20 +120,7 @@ class RunningNumbers:
     multiplier: float | None  # speculative tok/s / plain tok/s; None while either is unknown
     phases: PhaseSplit = PhaseSplit()  # the rounds inside the reasoning block and after it
 
-    tokens = counted("tokens")
     decoded_tokens = counted("decoded")  # tokens emitted after the first, over answers with a decode phase
-    decode_s = counted("decode_s")
-    rounds = counted("rounds")
-    drafted = counted("drafted")
-    accepted = counted("accepted")
-    rounds_with_draft = counted("rounds_with_draft")
-    rounds_fully_accepted = counted("rounds_fully_accepted")
-    k_sum = counted("k_sum")
-    fallback_rounds = counted("fallback_rounds")
-    draft_s = counted("draft_s")
-    verify_s = counted("verify_s")
-    overhead_s = counted("overhead_s")
-    prefill_s = counted("prefill_s")
 
     @property
     def prefill_tokens(self) -> int:
@@ -141,30 +130,6 @@ class RunningNumbers:
     @property
     def tok_s(self) -> float | None:
         return self.counts.decode_tok_s
-
-    @property
-    def prefill_tok_s(self) -> float | None:
-        return self.counts.prefill_tok_s
-
-    @property
-    def token_acceptance(self) -> float | None:
-        return self.counts.token_acceptance
-
-    @property
-    def sequence_acceptance(self) -> float | None:
-        return self.counts.sequence_acceptance
-
-    @property
-    def mean_k(self) -> float | None:
-        return self.counts.mean_k
-
-    @property
-    def mean_accepted(self) -> float | None:
-        return self.counts.mean_accepted
-
-    @property
-    def fallback_share(self) -> float | None:
-        return self.counts.fallback_share
 
     def as_dict(self) -> dict[str, Any]:
         """Counts and derived metrics, for export (the names of format version 1, then the new counts)."""
