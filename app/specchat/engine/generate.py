@@ -6,7 +6,10 @@ d1..dK]`` on the target in one batch with K+1 logit rows, keeps what the
 target accepts, trims the rest from the cache, and emits the accepted tokens
 plus the target's own next token.  K = 0 is plain decoding through the very
 same path, which is what ``baseline`` measures.
-"""
+
+The round itself (offers, plan, draft, verify, what the controller learns) is
+:class:`~.round.Rounds`, which the simulator plays too; here are its decodes on
+the loaded pair (:class:`PairDecodes`) and the answer around the rounds."""
 
 from __future__ import annotations
 
@@ -21,23 +24,23 @@ from .events import (
     Done,
     Error,
     Event,
+    Fallback,
     GenerationStats,
     Prefilled,
-    RoundStats,
     StopReason,
     TokenOrigin,
     TokensEmitted,
 )
+from .round import Draft, Rounds, Verified
 from .runtime import LlamaError
 from .sampling import TargetSampler
 from .settings import Drafter, GrammarError, Mode, SamplingSettings
-from .shapes import VerifyShape
 from .verify import accepted_count, sample_and_match
 
 if TYPE_CHECKING:
     from .cancel import CancelToken
-    from .controller import DraftController
-    from .drafting import LiveDrafter
+    from .controller import DraftController, Plan
+    from .drafting import LiveDrafter, Offer
     from .runtime import LoadedModel
 
 
@@ -95,191 +98,204 @@ def generate(
     stop: Sequence[str] = (),
     cancel: CancelToken | None = None,
 ) -> Iterator[Event]:
-    target = pair.target
-    controller = pair.controller
-    cs = controller.settings
+    """One answer: ``Prefilled`` and the first token, then round after round (:class:`~.round.Rounds` on
+    :class:`PairDecodes`) its tokens, its ``RoundStats`` and the controller's fallbacks; ``Done`` last."""
     mode = Mode(mode)
-    rounds = Counts()  # the rounds' counts, added up as they finish
-    fallbacks: list[str] = []
-    notes: list[str] = []  # the fallbacks' briefs: why a drafter did not run (the stats line says so)
-    by_drafter: dict[str, tuple[int, int]] = {}  # drafter -> (drafted, accepted) over the answer
-    stream = TextStream(stop)
-    n_generated = 0
-
-    def stats(decode_s: float) -> GenerationStats:
-        answer = Counts.of_answer(n_generated, decode_s, prompt_tokens=len(prompt), reused_tokens=reused,
-                                  prefill_s=prefill_s)
-        used = tuple((name, d, a) for name, (d, a) in sorted(by_drafter.items(), key=lambda kv: -kv[1][0]))
-        return GenerationStats(mode.value, rounds + answer, tuple(fallbacks), structured=sampling.structured.kind,
-                               drafters=used, notes=tuple(notes))
-
-    prefill_s = 0.0
-    reused = 0
-    if not prompt:
-        yield Error("empty prompt")
-        yield Done(StopReason.ERROR, stats(0.0), "empty prompt")
-        return
-    if len(prompt) + 1 > target.n_ctx:
-        msg = (f"the prompt is {len(prompt)} tokens and the context holds {target.n_ctx}: "
-               "shorten the chat or raise the context size")
+    target, controller = pair.target, pair.controller
+    live = PairDecodes(pair, mode, sampling, prompt, max_tokens, stop)
+    if not prompt or len(prompt) + 1 > target.n_ctx:
+        msg = "empty prompt" if not prompt else (
+            f"the prompt is {len(prompt)} tokens and the context holds {target.n_ctx}: "
+            "shorten the chat or raise the context size")
         yield Error(msg)
-        yield Done(StopReason.ERROR, stats(0.0), msg)
+        yield live.done(StopReason.ERROR, message=msg)
         return
     if max_tokens < 1:
-        yield Done(StopReason.MAX_TOKENS, stats(0.0))
+        yield live.done(StopReason.MAX_TOKENS)
         return
-
     # which drafters may run in this answer (its mode's, in the order they offer), and why not if one may not
     answer = controller.answer_plan(mode, has_model=Drafter.MODEL in pair.drafters, blocked=pair.speculation_blocked)
-    active = [pair.drafters[d] for d in answer.drafters if d in pair.drafters]
-    by_name = {d.name: d for d in active}
-    yield from answer.notes
-    fallbacks.extend(n.reason for n in answer.notes)
-    notes.extend(n.brief for n in answer.notes if n.brief)
-
-    sampler: TargetSampler | None = None
+    for note in answer.notes:
+        yield live.note(note)
+    drafters = [d for d in answer.drafters if d in pair.drafters]
     # on a backend whose cost depends on the batch shape (CUDA graphs), the verify size is held
-    shape = (VerifyShape(controller.costs.verify, lambda: controller.costs.recapture_s)
-             if target.shape_sensitive and active
-             else None)
+    rounds = live.rounds = Rounds(controller, mode, live, drafters, shaped=target.shape_sensitive and bool(drafters))
     for d in pair.drafters.values():
         d.start()
     controller.start_answer()
     try:
-        sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
         # (a schema or grammar that cannot be used: GrammarError; a stop during its check: CANCELLED)
-        # -- prefill: the whole prompt on the target, the first token from its last row
-        t0 = time.perf_counter()
-        reused = target.keep_prefix(prompt)
-        if reused == len(prompt):  # the same prompt again: re-decode the last token for its logits
-            reused -= 1
-            target.trim(reused)
-        target.decode(prompt[reused:], logits="last")
-        # host work first (prompt lookup's index: 14 ms at 4k tokens on a CPU), while an asynchronous
-        # backend computes the prefill; then what decodes (the draft model's prefill)
-        for d in sorted(active, key=lambda d: not d.cheap_prefill):
-            d.prefill(prompt)
-        first = sampler.sample(-1)
-        prefill_s = time.perf_counter() - t0
-        yield Prefilled(len(prompt), reused, prefill_s)
+        live.sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
+        first = live.prefill([pair.drafters[d] for d in drafters])
+        yield Prefilled(len(prompt), live.reused, live.prefill_s)
         t_decode0 = time.perf_counter()
-
-        history = prompt + [first]  # committed tokens; history[-1] is id_last (not in the target KV)
         if target.is_eog(first):
-            yield Done(StopReason.EOG, stats(0.0))
+            yield live.done(StopReason.EOG)
             return
-        n_generated = 1
-        text, hit = stream.push(target.piece(first))
-        yield TokensEmitted((first,), (_TARGET,), text)
-        if hit:
-            yield Done(StopReason.STOP_STRING, stats(0.0))
+        yield live.commit_first(first)
+        if live.hit:
+            yield live.done(StopReason.STOP_STRING)
             return
-
         stop_reason = StopReason.MAX_TOKENS
-        round_index = 0
-        while n_generated < max_tokens:
+        while live.n_generated < max_tokens:
             if cancel is not None and cancel.cancelled:
                 stop_reason = StopReason.CANCELLED
                 break
-            t_round = time.perf_counter()
-            room = target.n_ctx - len(target.tokens) - 1  # draft tokens that still fit after id_last
+            room = live.start_round()  # draft tokens that still fit after id_last
             if room < 0:
                 stop_reason = StopReason.CONTEXT_FULL
                 break
-            k_cap = min(room, max_tokens - n_generated - 1)  # and each drafter's own longest draft
-            # every drafter of the answer offers (a draft model: its K ceiling; prompt lookup: its
-            # proposal, made now); the controller picks one and K; the chosen one drafts
-            available: dict[Drafter, int] = {}
-            match = 0  # the evidence behind an offer (prompt lookup's match length)
-            draft_s = 0.0
-            if k_cap > 0:
-                for d in active:
-                    offer = d.offer(history, k_cap, cs)
-                    draft_s += offer.seconds
-                    if offer.ceiling:
-                        available[d.name] = offer.ceiling
-                        match = match or offer.match
-            plan = controller.plan(mode, available, match,
-                                   held=shape.size if shape is not None else 0,
-                                   change_s=shape.change_s if shape is not None else 0.0)
-            catch_up = draft_decoded = 0
-            chosen = by_name.get(plan.drafter)  # planned only when offered
-            if chosen is not None:
-                got = chosen.draft(history, plan)
-                drafted, catch_up, draft_decoded = got.tokens, got.catch_up, got.decoded
-                draft_s += got.seconds
-            else:
-                drafted = []
-            drafted = sampler.allowed_prefix(drafted)  # under a grammar: what it forbids would be rejected
-
-            base = len(target.tokens)
-            batch = [history[-1], *drafted]
-            if shape is not None:  # padded to the held shape; the padding rows are never sampled
-                size = shape.size_for(len(batch), target.n_ctx - base)
-                batch += [batch[-1]] * (size - len(batch))
-            t_v = time.perf_counter()
-            target.decode(batch, logits="all")
-            target.logits(-1)  # reading logits waits for the computation (async backends)
-            verify_s = time.perf_counter() - t_v
-            emitted = sample_and_match(sampler.sample, drafted, limit=max_tokens - n_generated,
-                                       is_end=target.is_eog)
-            m = accepted_count(drafted, emitted)
-            target.trim(base + 1 + m)
-            ended = target.is_eog(emitted[-1])
-            visible = emitted[:-1] if ended else emitted
-            history.extend(emitted)
-            n_generated += len(visible)
-            # one event per origin (accepted draft tokens, then the target's own), so a view can tint them
-            chunks: list[TokensEmitted] = []
-            hit = False
-            for part, origin in ((visible[:m], _DRAFT), (visible[m:], _TARGET)):
-                if part and not hit:
-                    text, hit = stream.push(b"".join(target.piece(t) for t in part))
-                    chunks.append(TokensEmitted(tuple(part), (origin,) * len(part), text))
-            round_stats = RoundStats(
-                index=round_index, drafter=plan.drafter if drafted else Drafter.NONE, k=plan.k if drafted else 0,
-                drafted=len(drafted), accepted=m, emitted=len(emitted), draft_s=draft_s, verify_s=verify_s,
-                overhead_s=max(time.perf_counter() - t_round - draft_s - verify_s, 0.0),
-                catch_up=catch_up,
-                draft_decoded=draft_decoded,
-                fallback=plan.fallback,
-                verify_n=len(batch),
-                verify_fresh=shape is not None and shape.fresh,
-            )
-            round_index += 1
-            yield from chunks
-            yield round_stats
-            rounds += round_stats.counts
-            if drafted:
-                d0, a0 = by_drafter.get(round_stats.drafter.value, (0, 0))
-                by_drafter[round_stats.drafter.value] = (d0 + len(drafted), a0 + m)
-            for fb in controller.observe(mode, plan, round_stats):
-                fallbacks.append(fb.reason)
-                if fb.brief:
-                    notes.append(fb.brief)
-                yield fb
-            if ended:
-                stop_reason = StopReason.EOG
+            played = rounds.play(min(room, max_tokens - live.n_generated - 1))  # each drafter caps it too
+            yield from live.chunks  # one event per origin (accepted drafts, then the target's own)
+            yield played.stats
+            for fb in played.fallbacks:
+                yield live.note(fb)
+            if live.ended or live.hit:
+                stop_reason = StopReason.EOG if live.ended else StopReason.STOP_STRING
                 break
-            if hit:
-                stop_reason = StopReason.STOP_STRING
-                break
-        decode_s = time.perf_counter() - t_decode0
-        tail = stream.flush() if stop_reason is not StopReason.STOP_STRING else ""
-        if tail:
-            yield TokensEmitted((), (), tail)
-        message = f"context full ({target.n_ctx} tokens)" if stop_reason is StopReason.CONTEXT_FULL else ""
-        yield Done(stop_reason, stats(decode_s), message)
+        yield from live.finish(stop_reason, time.perf_counter() - t_decode0)
     except (LlamaError, GrammarError) as exc:
         # the runtime rolled its cache back (the next answer's keep_prefix drops an unverified
         # draft); drop the draft's cache so it re-syncs next time
         if pair.draft is not None:
             pair.draft.clear()
-        if sampler is None and cancel is not None and cancel.cancelled:  # stopped while its grammar was checked
-            yield Done(StopReason.CANCELLED, stats(0.0))
+        if live.sampler is None and cancel is not None and cancel.cancelled:  # stopped while its grammar was checked
+            yield live.done(StopReason.CANCELLED)
             return
         yield Error(str(exc))
-        yield Done(StopReason.ERROR, stats(0.0), str(exc))
+        yield live.done(StopReason.ERROR, message=str(exc))
     finally:
-        if sampler is not None:
-            sampler.close()
+        if live.sampler is not None:
+            live.sampler.close()
+
+
+class PairDecodes:
+    """One answer on the loaded pair: the loop's side of a round (:class:`~.round.RoundDecodes`: llama.cpp
+    decodes, wall-clock timing), the committed tokens and their text, and the answer's stats."""
+
+    def __init__(self, pair: LoopPair, mode: Mode, sampling: SamplingSettings, prompt: list[int],
+                 max_tokens: int, stop: Sequence[str]) -> None:
+        self.target = pair.target
+        self.drafters = pair.drafters
+        self.settings = pair.controller.settings
+        self.mode = mode
+        self.structured = sampling.structured.kind
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.stream = TextStream(stop)
+        self.sampler: TargetSampler | None = None
+        self.rounds: Rounds | None = None
+        self.notes: list[Fallback] = []  # why a drafter did not run, or stopped (the stats line says so)
+        self.reused, self.prefill_s = 0, 0.0
+        self.history: list[int] = []  # committed tokens; history[-1] is id_last (not in the target KV)
+        self.n_generated = 0
+        self.chunks: list[TokensEmitted] = []  # the last round's text, one event per origin
+        self.ended = self.hit = False  # the last round ended the turn / hit a stop string
+        self._drafted: list[int] = []  # the draft in flight
+        self._t_round = 0.0
+
+    # -- the answer ------------------------------------------------------------------
+
+    def prefill(self, drafters: list[LiveDrafter]) -> int:
+        """The whole prompt on the target, and the first token from its last row."""
+        target, prompt = self.target, self.prompt
+        assert self.sampler is not None
+        t0 = time.perf_counter()
+        reused = target.keep_prefix(prompt)
+        if reused == len(prompt):  # the same prompt again: re-decode the last token for its logits
+            reused -= 1
+            target.trim(reused)
+        self.reused = reused
+        target.decode(prompt[reused:], logits="last")
+        # host work first (prompt lookup's index: 14 ms at 4k tokens on a CPU), while an asynchronous
+        # backend computes the prefill; then what decodes (the draft model's prefill)
+        for d in sorted(drafters, key=lambda d: not d.cheap_prefill):
+            d.prefill(prompt)
+        first = self.sampler.sample(-1)
+        self.prefill_s = time.perf_counter() - t0
+        self.history = prompt + [first]
+        return first
+
+    def commit_first(self, first: int) -> TokensEmitted:
+        self.n_generated = 1
+        text, self.hit = self.stream.push(self.target.piece(first))
+        return TokensEmitted((first,), (_TARGET,), text)
+
+    def note(self, fb: Fallback) -> Fallback:
+        self.notes.append(fb)
+        return fb
+
+    def finish(self, stop_reason: StopReason, decode_s: float) -> Iterator[Event]:
+        """What the text stream still held (unless a stop string cut it), then ``Done``."""
+        tail = self.stream.flush() if stop_reason is not StopReason.STOP_STRING else ""
+        if tail:
+            yield TokensEmitted((), (), tail)
+        full = stop_reason is StopReason.CONTEXT_FULL
+        yield self.done(stop_reason, decode_s, f"context full ({self.target.n_ctx} tokens)" if full else "")
+
+    def done(self, stop_reason: StopReason, decode_s: float = 0.0, message: str = "") -> Done:
+        answer = Counts.of_answer(self.n_generated, decode_s, prompt_tokens=len(self.prompt),
+                                  reused_tokens=self.reused, prefill_s=self.prefill_s)
+        rounds = self.rounds
+        by_drafter = rounds.by_drafter if rounds is not None else {}
+        used = tuple((name, d, a) for name, (d, a) in sorted(by_drafter.items(), key=lambda kv: -kv[1][0]))
+        stats = GenerationStats(self.mode.value, (rounds.counts if rounds is not None else Counts()) + answer,
+                                tuple(n.reason for n in self.notes), structured=self.structured, drafters=used,
+                                notes=tuple(n.brief for n in self.notes if n.brief))
+        return Done(stop_reason, stats, message)
+
+    # -- a round's decodes (RoundDecodes) ---------------------------------------------------
+
+    def start_round(self) -> int:
+        """Start the round's clock; return how many draft tokens still fit after id_last."""
+        self._t_round = time.perf_counter()
+        return self.room - 1
+
+    @property
+    def room(self) -> int:
+        return self.target.n_ctx - len(self.target.tokens)
+
+    def offer(self, drafter: Drafter, k_cap: int) -> Offer:
+        return self.drafters[drafter].offer(self.history, k_cap, self.settings)
+
+    def draft(self, drafter: Drafter, plan: Plan) -> Draft:
+        got = self.drafters[drafter].draft(self.history, plan)
+        assert self.sampler is not None
+        self._drafted = self.sampler.allowed_prefix(got.tokens)  # under a grammar: what it forbids would be rejected
+        return Draft(len(self._drafted), (got.seconds,), got.catch_up, got.decoded)
+
+    def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
+        """``[id_last, d1..dK]`` (padded to ``rows``: the padding rows are never sampled) in one target decode;
+        what it accepts is committed, the rest trimmed from its cache."""
+        drafted, self._drafted = self._drafted, []
+        target, sampler = self.target, self.sampler
+        assert sampler is not None
+        base = len(target.tokens)
+        batch = [self.history[-1], *drafted]
+        batch += [batch[-1]] * (rows - len(batch))
+        t_v = time.perf_counter()
+        target.decode(batch, logits="all")
+        target.logits(-1)  # reading logits waits for the computation (async backends)
+        seconds = time.perf_counter() - t_v
+        emitted = sample_and_match(sampler.sample, drafted, limit=self.max_tokens - self.n_generated,
+                                   is_end=target.is_eog)
+        m = accepted_count(drafted, emitted)
+        target.trim(base + 1 + m)
+        self.ended = target.is_eog(emitted[-1])
+        visible = emitted[:-1] if self.ended else emitted
+        self.history.extend(emitted)
+        self.n_generated += len(visible)
+        self._text(visible, m)
+        return Verified(m, len(emitted), seconds)
+
+    def _text(self, visible: list[int], accepted: int) -> None:
+        """The round's text: one event per origin (accepted draft tokens, then the target's own), so a
+        view can tint them; cut at a stop string."""
+        self.chunks, self.hit = [], False
+        for part, origin in ((visible[:accepted], _DRAFT), (visible[accepted:], _TARGET)):
+            if part and not self.hit:
+                text, self.hit = self.stream.push(b"".join(self.target.piece(t) for t in part))
+                self.chunks.append(TokensEmitted(tuple(part), (origin,) * len(part), text))
+
+    def overhead(self, draft_s: float, verify_s: float) -> float:
+        return max(time.perf_counter() - self._t_round - draft_s - verify_s, 0.0)

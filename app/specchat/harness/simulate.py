@@ -31,12 +31,12 @@ from pathlib import Path
 
 from specchat import files
 from specchat.engine.calibration import batch_sizes
-from specchat.engine.controller import CostModel, DraftController
+from specchat.engine.controller import CostModel, DraftController, Plan
 from specchat.engine.drafters import KINDS
-from specchat.engine.drafting import ReplayContext
+from specchat.engine.drafting import Offer, Replay, ReplayContext
 from specchat.engine.events import RoundStats
+from specchat.engine.round import Draft, Rounds, Verified
 from specchat.engine.settings import ControllerSettings, Drafter, Mode
-from specchat.engine.shapes import VerifyShape
 from specchat.errors import UserError
 from specchat.metrics import Counts
 
@@ -276,79 +276,65 @@ def controller_for(policy: Policy, clock: Clock) -> DraftController:
     return DraftController(s, clock.calibration(max(s.k_max, s.lookup_k_max)))  # as SpeculativePair calibrates
 
 
-def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: Clock,
-           on_round: Callable[[RoundStats], None] | None = None) -> Counts:
-    """One answer, round by round, with the controller deciding: its counts as the engine would report them
-    (and each round's stats to ``on_round``)."""
-    profile = clock.profile
-    cs = controller.settings
-    mode = policy.mode
-    has_model = bool(pt.draft_match)
-    plan_a = controller.answer_plan(mode, has_model=has_model)
-    controller.start_answer()
-    n_tokens = len(pt.tokens)
-    if pt.ended and n_tokens == 1:
-        return Counts.of_answer(0, 0.0, prompt_tokens=pt.prompt_tokens)
-    rounds = Counts()
-    decode_s = 0.0
-    i = 0  # index of id_last, the newest committed token
-    n_generated = 1
-    index = 0
-    # shapes (engine/shapes.py): a change re-captures on its call and the next (replay from the third)
-    recapture = profile.recapture_s
-    costs = controller.costs
-    shape = (VerifyShape(costs.verify, lambda: costs.recapture_s)
-             if recapture and plan_a.drafters else None)
-    ctx = ReplayContext(pt, profile, clock, cs, shaped=bool(recapture), p_top10=policy.p_top10, n_min=policy.n_min)
-    replays = {name: KINDS[name].replay(ctx) for name in plan_a.drafters}  # in the order they offer
-    while i < n_tokens - 1:
-        k_cap = pt.max_tokens - n_generated - 1
-        available: dict[Drafter, int] = {}
-        draft_s = 0.0
-        agree = 0
-        if k_cap > 0:
-            for name, replay in replays.items():
-                offer = replay.offer(i, k_cap)
-                draft_s += offer.seconds
-                if offer.ceiling:
-                    available[name] = offer.ceiling
-                    agree = agree or offer.match
-        plan = controller.plan(mode, available, agree, held=shape.size if shape is not None else 0,
-                               change_s=shape.change_s if shape is not None else 0.0)
-        catch_up = drafted = accepted = draft_decoded = 0
-        chosen = replays.get(plan.drafter)  # planned only when offered
-        if chosen is not None:
-            got = chosen.draft(i, plan)
-            drafted, accepted, catch_up, draft_decoded = got.drafted, got.accepted, got.catch_up, got.decoded
-            for seconds in got.seconds:  # term by term, as the clock drew them
-                draft_s += seconds
-        verify_n = drafted + 1
-        if shape is not None:  # a size not replayed yet re-captures (its first two calls)
-            verify_n = shape.size_for(drafted + 1, 1 << 30)
-            verify_s = clock(profile.verify_s(verify_n) + (recapture if shape.fresh else 0.0))
-        else:
-            verify_s = clock(profile.verify_s(drafted + 1))
-        overhead_s = clock(profile.overhead_s)
-        last = i + accepted + 1  # the target's own token after the accepted drafts ...
+class TraceDecodes:
+    """A round's decodes replayed from an agreement trace and charged on a cost profile (the simulated
+    clock): the simulator's side of :class:`~specchat.engine.round.Rounds`, as :class:`PairDecodes
+    <specchat.engine.generate.PairDecodes>` is the loop's.  Each drafter replays itself (its ``Replay``)."""
+
+    room = 1 << 30  # a trace has no context to fill
+
+    def __init__(self, pt: PromptTrace, clock: Clock, replays: dict[Drafter, Replay]) -> None:
+        self.pt = pt
+        self.clock = clock
+        self.replays = replays
+        self.i = 0  # index of id_last, the newest committed token
+        self.n_generated = 1
+        self._accepted = 0  # of the draft in flight: what the trace says the target accepts
+
+    def offer(self, drafter: Drafter, k_cap: int) -> Offer:
+        return self.replays[drafter].offer(self.i, k_cap)
+
+    def draft(self, drafter: Drafter, plan: Plan) -> Draft:
+        got = self.replays[drafter].draft(self.i, plan)
+        self._accepted = got.accepted
+        return Draft(got.drafted, got.seconds, got.catch_up, got.decoded)
+
+    def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
+        accepted, self._accepted = self._accepted, 0
+        profile, n_tokens = self.clock.profile, len(self.pt.tokens)
+        seconds = self.clock(profile.verify_s(rows) + (profile.recapture_s if fresh else 0.0))
+        last = self.i + accepted + 1  # the target's own token after the accepted drafts ...
         emitted = accepted + 1
         if last > n_tokens - 1:  # ... unless the accepted drafts already ended the answer
             last, emitted = n_tokens - 1, accepted
-        visible = emitted - (1 if pt.ended and last == n_tokens - 1 else 0)
-        stats = RoundStats(index=index, drafter=plan.drafter if drafted else Drafter.NONE,
-                           k=plan.k if drafted else 0, drafted=drafted, accepted=accepted, emitted=emitted,
-                           draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, catch_up=catch_up,
-                           draft_decoded=draft_decoded,
-                           fallback=plan.fallback, verify_n=verify_n,
-                           verify_fresh=shape is not None and shape.fresh)
-        rounds += stats.counts
-        decode_s += stats.wall_s
+        self.n_generated += emitted - (1 if self.pt.ended and last == n_tokens - 1 else 0)
+        self.i = last
+        return Verified(accepted, emitted, seconds)
+
+    def overhead(self, draft_s: float, verify_s: float) -> float:
+        return self.clock(self.clock.profile.overhead_s)
+
+
+def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: Clock,
+           on_round: Callable[[RoundStats], None] | None = None) -> Counts:
+    """One answer, the engine's rounds (:class:`~specchat.engine.round.Rounds`) on the trace: its counts as
+    the engine would report them (and each round's stats to ``on_round``)."""
+    plan = controller.answer_plan(policy.mode, has_model=bool(pt.draft_match))
+    controller.start_answer()
+    if pt.ended and len(pt.tokens) == 1:
+        return Counts.of_answer(0, 0.0, prompt_tokens=pt.prompt_tokens)
+    shaped = bool(clock.profile.recapture_s)  # the profile replays CUDA graphs: engine/shapes.py's loop runs
+    ctx = ReplayContext(pt, clock.profile, clock, controller.settings, shaped=shaped, p_top10=policy.p_top10,
+                        n_min=policy.n_min)
+    decodes = TraceDecodes(pt, clock, {name: KINDS[name].replay(ctx) for name in plan.drafters})
+    rounds = Rounds(controller, policy.mode, decodes, plan.drafters, shaped=shaped and bool(plan.drafters))
+    decode_s = 0.0
+    while decodes.i < len(pt.tokens) - 1:
+        played = rounds.play(pt.max_tokens - decodes.n_generated - 1)
+        decode_s += played.stats.wall_s
         if on_round is not None:
-            on_round(stats)
-        controller.observe(mode, plan, stats)
-        n_generated += visible
-        i = last
-        index += 1
-    return rounds + Counts.of_answer(pt.visible_tokens, decode_s, prompt_tokens=pt.prompt_tokens)
+            on_round(played.stats)
+    return rounds.counts + Counts.of_answer(pt.visible_tokens, decode_s, prompt_tokens=pt.prompt_tokens)
 
 
 # -- tables ---------------------------------------------------------------------------
