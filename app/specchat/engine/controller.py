@@ -456,91 +456,124 @@ class DraftController:
     # -- learning ---------------------------------------------------------------
 
     def observe(self, mode: Mode, plan: Plan, r: RoundStats) -> list[Fallback]:
-        """Learn from a finished round; return the fallback events it caused."""
-        s = self.settings
+        """Learn from a finished round, one lesson at a time; return the fallback events it caused.
+
+        The order matters: the costs before the drift re-check reads them, a cooldown that ends
+        clears its windows before this round enters them, the rails after the window has it."""
         counts = r.counts  # built once: at GPU token times each Counts costs a few µs of a 5 ms round
         self.answer += counts
-        self.costs.observe_verify(r.verify_rows, r.verify_s, fresh=r.verify_fresh)  # the padded size
+        self._learn_costs(r)
+        events = self._learn_drift(mode, r)
+        self._learn_probes(plan, r.emitted)
+        self._learn_stay(plan, r)
+        self._cool_down(r.emitted)
+        self._learn_declined(mode, plan, r)
+        if r.drafted and plan.drafter in self.windows:
+            self._learn_draft(plan, r, counts)
+            events += self._guard_rails(mode, plan.drafter)
+        events += self._fallback_warning()
+        return events
+
+    def _learn_costs(self, r: RoundStats) -> None:
+        """The target's verify at the round's batch size (the padded one) and the loop's overhead."""
+        self.costs.observe_verify(r.verify_rows, r.verify_s, fresh=r.verify_fresh)
         self.costs.observe_overhead(r.overhead_s)
-        events: list[Fallback] = []
-        if not r.verify_fresh and self.calibration.verify_s and r.verify_s > 0:
-            self._measured.add(r.verify_rows)
-            self._drift.append(r.verify_s / self.calibration.verify(r.verify_rows))
-            if mode is Mode.AUTO and self._refused:
-                events += self._recheck()
+
+    def _learn_drift(self, mode: Mode, r: RoundStats) -> list[Fallback]:
+        """How far a steady round's verify cost is from the load-time calibration; ``auto`` re-checks a
+        refused draft model on it (:meth:`_recheck`)."""
+        if r.verify_fresh or not self.calibration.verify_s or not r.verify_s > 0:
+            return []
+        self._measured.add(r.verify_rows)
+        self._drift.append(r.verify_s / self.calibration.verify(r.verify_rows))
+        return self._recheck() if mode is Mode.AUTO and self._refused else []
+
+    def _learn_probes(self, plan: Plan, emitted: int) -> None:
+        """Tokens since each drafter last ran (when ``auto`` probes it again), and which are still untried."""
         self._untried.discard(plan.drafter)
         for name in self._since_probe:
-            if name == plan.drafter:
-                self._since_probe[name] = 0
-            else:
-                self._since_probe[name] += r.emitted
+            self._since_probe[name] = 0 if name == plan.drafter else self._since_probe[name] + emitted
+
+    def _learn_stay(self, plan: Plan, r: RoundStats) -> None:
+        """How many rounds each drafter drafts in a row (what a change of verify size is shared by):
+        a run goes on while it drafts, and enters the average when it ends."""
+        for name in self._run:
             if name == plan.drafter and r.drafted:
                 self._run[name] += 1
             elif self._run[name]:
                 self._stay[name] = (1 - EMA) * self._stay[name] + EMA * self._run[name]
                 self._run[name] = 0
+
+    def _cool_down(self, emitted: int) -> None:
+        """Cooldowns count down by the tokens emitted; a drafter's that ends starts its windows afresh."""
         for name in list(self._cooldown):
-            self._cooldown[name] -= r.emitted
+            self._cooldown[name] -= emitted
             if self._cooldown[name] <= 0:
                 del self._cooldown[name]
                 self.windows[name].clear()
                 if KINDS[name].match_classes:
                     for w in self.lookup_windows.values():
                         w.clear()
+
+    def _learn_declined(self, mode: Mode, plan: Plan, r: RoundStats) -> None:
+        """In ``auto``, a draft that was asked and declined (its first token was under the confidence
+        stop) counts as a rejection: the round paid for drafting and got nothing.  Without it, a draft
+        that always declined left the window empty and auto's estimate optimistic for ever."""
         declines = plan.drafter in KINDS and KINDS[plan.drafter].confidence_stop
         if mode is Mode.AUTO and declines and plan.k and not r.drafted:
-            # The draft was asked and declined (its first token was under the confidence stop):
-            # a round paid for drafting and got nothing, which is what a rejection costs.  Counted
-            # as one, so auto learns that such rounds do not pay (without it, a draft that always
-            # declined left the window empty and auto's estimate optimistic for ever).
             self.windows[plan.drafter].add(Counts.of_round(plan.k, 1, 0))
-        if r.drafted and plan.drafter in self.windows:
-            if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
-                # a draft model's cost is per decoded token (what a calibration measures); a
-                # proposal-only drafter's per proposed token
-                per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
-                self.costs.observe_draft(plan.drafter, r.draft_s / per)
-            w = self.windows[plan.drafter]
-            w.add(counts)
-            if KINDS[plan.drafter].match_classes and plan.match:
-                self.lookup_windows[match_class(plan.match)].add(counts)
-            # The guard rails are for the forced modes, which have no cost model to stop them.
-            # auto's own test (the drafter's expected rate against plain, every round) already
-            # stops a drafter that cannot pay; the rails on top cut it off at 40-50% acceptance
-            # where a draft of one still paid 1.2-1.5x (replays of the builtin trace on the
-            # published GPU profiles: auto 5-15% slower on chat and prose with them).
-            # Both shares fall as K grows even where every token is likely: at 90% per token, 8
-            # drafted tokens are all accepted 43% of the time and 64% of them on average, and K = 8
-            # still beats plain.  So a rail trips only where the measured per-token acceptance
-            # cannot pay at any K (simulated H100 agreement pairs at 0.9: forced draft mode spent
-            # a third of its rounds cooling down, 1.05x; with this test 1.14x).
-            if w.full() and mode is not Mode.AUTO and not self._pays(plan.drafter, w):
-                ta, sa = w.token_acceptance(), w.sequence_acceptance()
-                reason = None
-                if ta is not None and ta < s.min_token_acceptance:
-                    reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
-                elif sa is not None and sa < s.min_sequence_acceptance:
-                    reason = f"sequence acceptance {sa:.0%} < {s.min_sequence_acceptance:.0%}"
-                if reason is not None:
-                    self._cooldown[plan.drafter] = s.cooldown_tokens
-                    events.append(
-                        Fallback(
-                            f"{plan.drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
-                            f"plain decoding for {s.cooldown_tokens} tokens"
-                        )
-                    )
+
+    def _learn_draft(self, plan: Plan, r: RoundStats, counts: Counts) -> None:
+        """A drafted round: the drafter's cost per token and its acceptance windows."""
+        if r.catch_up <= 1:  # catching up on many tokens is prefill work, not the cost of drafting
+            # a draft model's cost is per decoded token (what a calibration measures); a
+            # proposal-only drafter's per proposed token
+            per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
+            self.costs.observe_draft(plan.drafter, r.draft_s / per)
+        self.windows[plan.drafter].add(counts)
+        if KINDS[plan.drafter].match_classes and plan.match:
+            self.lookup_windows[match_class(plan.match)].add(counts)
+
+    def _guard_rails(self, mode: Mode, drafter: Drafter) -> list[Fallback]:
+        """The forced modes' rails: a drafter whose full window cannot pay at any K and whose token or
+        sequence acceptance is under its threshold cools down (plain decoding for a while).
+
+        They are for the forced modes, which have no cost model to stop them.  auto's own test (the
+        drafter's expected rate against plain, every round) already stops a drafter that cannot pay;
+        the rails on top cut it off at 40-50% acceptance where a draft of one still paid 1.2-1.5x
+        (replays of the builtin trace on the published GPU profiles: auto 5-15% slower on chat and
+        prose with them).  Both shares fall as K grows even where every token is likely: at 90% per
+        token, 8 drafted tokens are all accepted 43% of the time and 64% of them on average, and K = 8
+        still beats plain.  So a rail trips only where the measured per-token acceptance cannot pay at
+        any K (simulated H100 agreement pairs at 0.9: forced draft mode spent a third of its rounds
+        cooling down, 1.05x; with this test 1.14x)."""
+        s, w = self.settings, self.windows[drafter]
+        if not w.full() or mode is Mode.AUTO or self._pays(drafter, w):
+            return []
+        ta, sa = w.token_acceptance(), w.sequence_acceptance()
+        if ta is not None and ta < s.min_token_acceptance:
+            reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
+        elif sa is not None and sa < s.min_sequence_acceptance:
+            reason = f"sequence acceptance {sa:.0%} < {s.min_sequence_acceptance:.0%}"
+        else:
+            return []
+        self._cooldown[drafter] = s.cooldown_tokens
+        return [Fallback(f"{drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
+                         f"plain decoding for {s.cooldown_tokens} tokens")]
+
+    def _fallback_warning(self) -> list[Fallback]:
+        """Once an answer, after two windows of rounds: a warning when too many of them fell back."""
+        s = self.settings
         share = self.answer.fallback_share or 0.0
-        if not self._warned and self.answer.rounds >= 2 * s.window_rounds and share > s.fallback_warning_share:
-            self._warned = True
-            events.append(
-                Fallback(  # dated: the share goes on changing after this (the window tracks it)
-                    f"after {self.answer.rounds} rounds, {share:.0%} of them fell back to plain decoding "
-                    f"(> {s.fallback_warning_share:.0%}): try a shorter draft, another draft model, "
-                    "or turn speculation off for this chat",
-                    warning=True,
-                )
-            )
-        return events
+        if self._warned or self.answer.rounds < 2 * s.window_rounds or share <= s.fallback_warning_share:
+            return []
+        self._warned = True
+        return [Fallback(  # dated: the share goes on changing after this (the window tracks it)
+            f"after {self.answer.rounds} rounds, {share:.0%} of them fell back to plain decoding "
+            f"(> {s.fallback_warning_share:.0%}): try a shorter draft, another draft model, "
+            "or turn speculation off for this chat",
+            warning=True,
+        )]
 
     def _recheck(self) -> list[Fallback]:
         """``auto`` refused the draft model from costs that no longer hold: re-plan with the measured ones.
