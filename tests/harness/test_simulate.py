@@ -1,8 +1,10 @@
 """The simulator: the same rounds as the engine, the real controller's decisions, honest tables.
 
-The exactness tests run the real generation loop on the fake table model (tests/helpers/fakes.py),
-record a trace of the same pair, and replay it: with a fixed K (no decision that depends on
-timing), every round the simulator produces must be the engine's round.
+The loop and the simulator play one round (engine/round.py's ``Rounds``) on two decodes: the
+pair's and a trace's on a cost profile.  The exactness tests run the real generation loop on the
+fake table model (tests/helpers/fakes.py), record a trace of the same pair, and replay it: both
+must go through the one round, and with a fixed K (no decision that depends on timing) every round
+the trace's decodes produce must be the pair's round.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 from helpers.fakes import FakeSpec, fake_pair
 from specchat.engine import Mode, RoundStats
 from specchat.engine.pair import PairConfig
+from specchat.engine.round import Round, Rounds
 from specchat.engine.settings import ControllerSettings, Drafter
 from specchat.harness.simulate import (
     Clock,
@@ -53,7 +56,7 @@ def no_guards(k: int) -> ControllerSettings:
 
 
 def shape(r: RoundStats) -> tuple:
-    return (r.drafter.value, r.k, r.drafted, r.accepted, r.emitted, r.catch_up)
+    return (r.drafter.value, r.k, r.drafted, r.accepted, r.emitted, r.catch_up, r.draft_decoded, r.verify_rows)
 
 
 def engine_rounds(pair, prompt: list[int], mode: Mode, max_tokens: int) -> list[RoundStats]:
@@ -84,6 +87,35 @@ def test_the_simulator_plays_the_engines_rounds(mode, k, miss_every, answer_toke
     assert [shape(r) for r in simulated] == [shape(r) for r in engine]
     assert counts.tokens == min(answer_tokens, max_tokens)
     assert any(r.drafted for r in engine)  # the case drafted something
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.LOOKUP, Mode.AUTO])
+def test_the_loop_and_the_simulator_play_the_one_round(monkeypatch, mode):
+    played: dict[str, list[RoundStats]] = {}
+    play = Rounds.play
+
+    def spy(self: Rounds, k_cap: int) -> Round:
+        out = play(self, k_cap)
+        played.setdefault(type(self.decodes).__name__, []).append(out.stats)
+        return out
+
+    monkeypatch.setattr(Rounds, "play", spy)
+    settings = no_guards(4)
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf"), controller=settings),
+                     FakeSpec(answer_tokens=90, miss_every=5))
+    prompt = pair.chat_prompt(list(MSGS)).tokens
+    engine = engine_rounds(pair, prompt, mode, 200)
+    pt = record_prompt(pair.target, pair.draft, BenchPrompt("p", "chat", MSGS), prompt, max_tokens=200,
+                       k_max=16, lookup_ngram=settings.lookup_ngram)
+    policy = Policy("x", "x", mode, settings)
+    clock = Clock(GPU, 0)
+    simulated: list[RoundStats] = []
+    answer(controller_for(policy, clock), policy, pt, clock, on_round=simulated.append)
+    # every round either reports is one the shared round played, on its own decodes
+    assert played == {"PairDecodes": engine, "TraceDecodes": simulated}
+    assert sum(r.emitted for r in engine) == sum(r.emitted for r in simulated) == 90  # the answer, then its end
+    if mode is not Mode.AUTO:  # auto's choices follow each side's costs (the wall clock, the profile)
+        assert [shape(r) for r in simulated] == [shape(r) for r in engine]
 
 
 def test_a_trace_records_what_the_draft_gets_right():
