@@ -1,11 +1,11 @@
 """What a drafter is to the loop, the simulator and the controller: the protocol a drafter
 implements and the entry (:class:`DrafterKind`) that plugs it into ``drafters.DRAFTERS``.
 
-A round goes the same way in the loop (:func:`~.generate.generate`) and in the simulator
-(:func:`~.simulate.answer`): every drafter the answer may use (its mode's, in
-``specchat.modes.MODES``) makes an :class:`Offer` (the longest draft it can make now, the
-evidence behind it, what making the offer cost); the controller picks one drafter and K from the
-offers; the chosen one drafts.  Neither the loop nor the simulator knows a drafter's kind.
+A round (:class:`~.round.Rounds`, the one the loop and the simulator both play) goes: every
+drafter the answer may use (its mode's, in ``specchat.modes.MODES``) makes an :class:`Offer` (the
+longest draft it can make now, the evidence behind it, what making the offer cost); the
+controller picks one drafter and K from the offers; the chosen one drafts.  The loop asks a
+:class:`LiveDrafter`, the simulator its :class:`Replay`; neither knows a drafter's kind.
 
 The controller prices a drafter from what its entry says (:class:`DrafterKind`): its longest
 draft, whether it is priced per draft-model decode or per proposed token, whether ``auto`` sets

@@ -3,19 +3,16 @@
 A trace (:mod:`specchat.harness.trace`) says, position by position, which draft
 tokens the target would accept; a cost profile says what a verify of n tokens,
 a draft token and SpecChat's loop cost per round on some machine.  The
-simulator walks each answer round by round the way :func:`generate` does: it
-asks the very :class:`DraftController` the engine uses for the answer's
-drafters (``answer_plan``) and each round's drafter and K (``plan``), charges
-the round what the profile says it costs (with the profile's measurement
-noise), and feeds the controller the same :class:`RoundStats` the engine
-would (``observe``).  Only the decodes are replaced, by the trace and the
-profile.
+simulator plays each answer with the engine's own round
+(:class:`~specchat.engine.round.Rounds`, which :func:`generate` plays too) and
+the very :class:`DraftController` the engine uses (``answer_plan``, ``plan``,
+``observe``).  Only the decodes are replaced (:class:`TraceDecodes`): the
+trace says what the target accepts, and the profile what each decode costs,
+with its measurement noise (:class:`Clock`).
 
 Each drafter replays itself from the trace (its ``Replay`` in the drafter
-registry, ``drafters.DRAFTERS``): the simulator, like the loop, asks every
-drafter of the answer for its offer and the chosen one for its draft, with no
-branch per kind.  What the draft model costs in a round mirrors
-:class:`ModelDrafter` (:class:`~.drafters.ModelReplay`).
+registry, ``drafters.DRAFTERS``).  What the draft model costs in a round
+mirrors :class:`ModelDrafter` (:class:`~.drafters.ModelReplay`).
 """
 
 from __future__ import annotations
