@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import specchat  # noqa: F401,I001  (loads llama.cpp's library before numpy)
 import test_models
 
-from specchat.backend import AnswerRequest, Started
+from specchat.engine.answer import AnswerRequest, Started
 from specchat.context_policy import ContextPolicy
 from specchat.engine import Done, Mode, TokensEmitted
-from specchat.engine.local import LocalBackend
+from specchat.backends.local import LocalBackend
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.runtime import ModelOptions
 from specchat.engine.settings import SamplingSettings

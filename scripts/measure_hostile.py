@@ -66,9 +66,9 @@ def run_child(args: list[str], limit: float, max_mib: int) -> dict:
 
 
 def time_stop(mode: str, how: str, limit: float) -> float | str:
-    from specchat.backend import AnswerRequest
+    from specchat.backends.remote import RemoteBackend, RemoteConfig
+    from specchat.engine.answer import AnswerRequest
     from specchat.engine.pair import CancelToken
-    from specchat.remote.backend import RemoteBackend, RemoteConfig
     from specchat.remote.servers import ServerConfig
 
     class NoKey:

@@ -255,8 +255,8 @@ def test_a_change_names_exactly_the_keys_that_changed(tmp_path):
 def test_reloads_pair_is_declared_on_exactly_the_keys_the_pair_is_loaded_with(tmp_path):
     """The flag in the schema is the truth about pair_config(): a key that goes into how the pair
     is loaded reloads it, any other key (theme, default mode, ...) leaves the loaded pair alone."""
+    from specchat.backends.pairs import pair_config
     from specchat.config import SCHEMA
-    from specchat.pair_loading import pair_config
     from specchat.profile import Profile
 
     profile = Profile.at(tmp_path / "p")

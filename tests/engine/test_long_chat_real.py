@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.backend import AnswerRequest, Started
+from specchat.backends.local import LocalBackend
 from specchat.context_policy import ContextPolicy, reserve
 from specchat.engine import Done, Mode, StopReason, TokensEmitted
-from specchat.engine.local import LocalBackend
+from specchat.engine.answer import AnswerRequest, Started
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.runtime import ModelOptions
 from specchat.engine.settings import SamplingSettings

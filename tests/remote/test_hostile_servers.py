@@ -11,10 +11,10 @@ import threading
 import pytest
 
 from helpers.hostile_server import HostileServer, ask_chat
-from specchat.backend import AnswerRequest
+from specchat.backends.remote import RemoteBackend, RemoteConfig
+from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.client import ServerClient
 from specchat.remote.errors import ServerError
 from specchat.remote.servers import ServerConfig

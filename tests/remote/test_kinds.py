@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.fake_openai_server import FakeServer
-from specchat.backend import AnswerRequest
+from specchat.backends.remote import RemoteBackend, RemoteConfig
+from specchat.engine.answer import AnswerRequest
 from specchat.engine.pair import CancelToken
 from specchat.remote import kinds
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.client import ServerClient
 from specchat.remote.kinds import OpenAICompatible, Probe, Recognised, Said, ServerKind
 from specchat.remote.servers import ServerConfig

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from specchat.backend import AnswerRequest
+from specchat.backends.remote import RemoteBackend, RemoteConfig
+from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, Error, RoundStats, StopReason, TokenOrigin, TokensEmitted
 from specchat.engine.pair import CancelToken
 from specchat.metrics import Counts
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.client import ServerClient
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import ManagedServer

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from helpers.fake_openai_server import FakeServer, Script, wait_for
-from specchat.backend import AnswerRequest, Started
+from specchat.backends.remote import RemoteBackend, RemoteConfig
+from specchat.engine.answer import AnswerRequest, Started
 from specchat.engine.events import Done, Error, Prefilled, RoundStats, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken
 from specchat.engine.reasoning import split_reasoning
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.errors import ServerError
 from specchat.remote.servers import ServerConfig
 

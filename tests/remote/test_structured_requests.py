@@ -7,11 +7,11 @@ import json
 import pytest
 
 from helpers.fake_openai_server import FakeServer, Script
-from specchat.backend import AnswerRequest
+from specchat.backends.remote import RemoteBackend, RemoteConfig
+from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, Error, StopReason
 from specchat.engine.pair import CancelToken
 from specchat.engine.settings import SamplingSettings, StructuredOutput
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.chat import request_body
 from specchat.remote.client import Capabilities
 from specchat.remote.kinds import VLLM, LlamaServer, SGLang

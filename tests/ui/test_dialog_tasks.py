@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 
 from helpers.gguf_samples import write_gguf
 from specchat.models.registry import Registry
-from specchat.remote.backend import MANAGED
+from specchat.remote.llama_server import MANAGED
 from specchat.store import ChatSettings
 from specchat.ui import models_dialog, settings_dialogs
 from specchat.ui.settings_dialogs import ChatSettingsDialog

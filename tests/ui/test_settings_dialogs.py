@@ -105,7 +105,7 @@ def test_the_llama_server_on_this_machine_offers_only_the_drafters_the_chats_mod
     import stat
 
     from helpers.fake_llama_server import HELP
-    from specchat.remote.backend import MANAGED
+    from specchat.remote.llama_server import MANAGED
 
     (tmp_path / "help.txt").write_text(HELP)
     binary = tmp_path / "llama-server"

@@ -11,8 +11,9 @@ import pytest
 from helpers.app_driver import send, wait_idle
 from helpers.event_streams import R, answer_events
 from helpers.fakes import FakeSpec
-from specchat.backend import PairInfo, Started
+from specchat.backends.protocol import PairInfo
 from specchat.engine import Fallback
+from specchat.engine.answer import Started
 from specchat.ui import session as session_module
 
 CROSSED = "after 32 rounds, 50% of them fell back to plain decoding (> 15%): try a shorter draft"

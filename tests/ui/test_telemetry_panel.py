@@ -112,16 +112,15 @@ def test_axis_ranges_step_so_ticks_are_not_rebuilt_every_round():
 
 
 def _server_info(**caps):
-    from specchat.remote.backend import RemoteConfig
+    from specchat.backends.remote import RemoteBackend
     from specchat.remote.client import Capabilities
-    from specchat.remote.servers import ServerConfig
-    from specchat.workers.generation import PairInfo
 
     base = dict(engine="vllm", models=("Qwen/Qwen3-8B",), model="Qwen/Qwen3-8B", n_ctx=32768,
                 notes=("live acceptance: vLLM's /metrics counters, which cover the whole server, not this chat",
                        "GPU memory: servers do not report it; give the box's dcgm-exporter URL to see it"))
-    return PairInfo.of_server(RemoteConfig(ServerConfig("gpu-box", "http://gpu-box:8000")),
-                              Capabilities(**(base | caps)))
+    backend = RemoteBackend(client=None, caps=Capabilities(**(base | caps)),  # type: ignore[arg-type]
+                            label="gpu-box (http://gpu-box:8000)")
+    return backend.info
 
 
 def _local_info():

@@ -143,7 +143,11 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                       help="turn the model's reasoning mode on or off (templates with enable_thinking)")
     chat.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     chat.add_argument("--server", metavar="NAME|URL", default=None,
-                      help="answer on a server (a name from 'specchat servers list', or a URL) instead of locally")
+                      help="answer on a server (a name from 'specchat servers list', or a URL) instead of locally; "
+                           "'llama-server': the pair in a llama-server SpecChat starts and stops")
+    chat.add_argument("--spec-type", metavar="TYPE", default=None,
+                      help="with --server llama-server: llama.cpp's --spec-type (default draft-simple; "
+                           "ngram-mod needs no draft model)")
     held = chat.add_mutually_exclusive_group()
     held.add_argument("--json-schema", type=Path, metavar="FILE", default=None,
                       help="the answer is JSON that follows this JSON schema (speculation stays on)")
@@ -244,32 +248,27 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from specchat.backend import AnswerRequest
+    from specchat.cli.common import open_from_args
     from specchat.engine import Mode
+    from specchat.engine.answer import AnswerRequest
     from specchat.engine.cancel import CancelToken
-    from specchat.engine.local import LocalBackend
 
     sampling = _sampling(args)
     messages = ([{"role": "system", "content": args.system}] if args.system else [])
     messages.append({"role": "user", "content": args.prompt})
-    if args.server:
-        from specchat.cli.servers import remote_backend, server_events
-
-        args.sampling = sampling
-        backend = remote_backend(args, args.server)
-        try:
-            print(f"[{backend.caps.describe()}]", file=sys.stderr, flush=True)
-            return _print_answer(server_events(backend, args, messages))
-        finally:
-            backend.close()
-    pair = _load_pair(args)
-    with pair:
+    backend = open_from_args(args, args.server or "")
+    try:
+        info = backend.info
+        if info.server is not None:
+            print(f"[{info.server.summary}]", file=sys.stderr, flush=True)
         reasoning = None if args.reasoning is None else args.reasoning == "on"
-        if reasoning is not None and not pair.chat_format.supports_reasoning_switch:
+        if reasoning is not None and not info.supports_reasoning_switch:
             print("note: this model's chat template has no reasoning switch; --reasoning ignored", file=sys.stderr)
         request = AnswerRequest(tuple(messages), mode=Mode(args.mode), sampling=sampling, max_tokens=args.max_tokens,
                                 reasoning=reasoning, stop=tuple(args.stop or ()))
-        return _print_answer(LocalBackend(pair).answer(request, CancelToken()))
+        return _print_answer(backend.answer(request, CancelToken()))
+    finally:
+        backend.close()
 
 
 def _print_answer(events) -> int:

@@ -25,7 +25,7 @@ class CliError(UserError):
 
 def models_from_args(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """(target, draft) from --pair, --target/--draft or the default pair."""
-    from specchat.pair_loading import PairError, default_pair, resolve_pair
+    from specchat.backends.pairs import PairError, default_pair, resolve_pair
 
     config: AppConfig = args.config
     try:
@@ -41,17 +41,6 @@ def models_from_args(args: argparse.Namespace) -> tuple[Path, Path | None]:
     except PairError as exc:
         raise CliError(str(exc)) from None
     return target, (args.draft if args.draft is not None else draft)
-
-
-def pair_config_from_args(args: argparse.Namespace):
-    from specchat.pair_loading import PairError, pair_config
-
-    try:
-        return pair_config(args.config, args.profile, args.target, args.draft, n_ctx=args.ctx,
-                           threads=args.threads, gpu_layers=args.gpu_layers,
-                           draft_gpu_layers=args.draft_gpu_layers, k_max=args.k_max)
-    except (PairError, ConfigError) as exc:
-        raise CliError(str(exc)) from None
 
 
 def sampling_from_args(args: argparse.Namespace):
@@ -96,27 +85,50 @@ def structured_from_args(args: argparse.Namespace):
     return StructuredOutput()
 
 
-def load_pair_from_args(args: argparse.Namespace):
-    """Resolve the pair (sets ``args.target`` / ``args.draft``), check it fits, load it, remember it."""
-    from specchat.engine.pair import IncompatiblePair, SpeculativePair
+def open_from_args(args: argparse.Namespace, backend: str = ""):
+    """The backend the arguments name, open: ``backend`` "" (this machine's pair: --pair, --target/--draft
+    or the default pair), ``llama-server`` (that pair in a llama-server SpecChat starts, drafting with
+    ``--spec-type``) or a server's name or URL.  The same choice the window makes for a chat
+    (:func:`specchat.backends.choose.choose`), opened by the same factory.  A pair is checked to fit
+    first (unless ``--no-fit-check``) and remembered as the last pair once it loaded."""
+    from specchat.backends.choose import choose
+    from specchat.backends.factory import backend_factory
+    from specchat.backends.pairs import fit_problem, record_last_pair
+    from specchat.engine.cancel import CancelToken
+    from specchat.engine.pair import IncompatiblePair, PairConfig, SpeculativePair
     from specchat.engine.runtime import LlamaError
     from specchat.models.registry import RegistryError
-    from specchat.pair_loading import fit_problem, record_last_pair
+    from specchat.remote.llama_server import MANAGED
 
-    args.target, args.draft = models_from_args(args)
-    config = pair_config_from_args(args)
-    if not args.no_fit_check:
+    overrides = {}
+    if backend in ("", MANAGED):
+        args.target, args.draft = models_from_args(args)
+        overrides = dict(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
+                         draft_gpu_layers=args.draft_gpu_layers, k_max=args.k_max)
+    try:
+        config = choose(args.config, args.profile, backend=backend, target=args.target, draft=args.draft,
+                        spec_type=getattr(args, "spec_type", None) or "draft-simple", **overrides)
+    except (UserError, ConfigError) as exc:
+        raise CliError(str(exc)) from None
+    if isinstance(config, PairConfig) and not args.no_fit_check:
         problem = fit_problem(config)
         if problem:
             raise CliError(f"{problem} (--no-fit-check loads it anyway)")
-    try:
-        pair = SpeculativePair(config)
+    try:  # the fit is checked above (or skipped on request): the factory loads the pair as it is
+        opened = backend_factory(SpeculativePair)(config, CancelToken())
     except IncompatiblePair as exc:
         raise CliError(str(exc), EXIT_INCOMPATIBLE) from None
     except LlamaError as exc:
         raise CliError(str(exc)) from None
-    try:
-        record_last_pair(args.profile, config.target, config.draft)
-    except RegistryError as exc:
-        print(f"specchat: note: not remembered as the last pair: {exc}", file=sys.stderr)
-    return pair
+    if isinstance(config, PairConfig):
+        try:
+            record_last_pair(args.profile, config.target, config.draft)
+        except RegistryError as exc:
+            print(f"specchat: note: not remembered as the last pair: {exc}", file=sys.stderr)
+    return opened
+
+
+def load_pair_from_args(args: argparse.Namespace):
+    """This machine's pair as the arguments name it, loaded (:func:`open_from_args`): the bench runs its
+    modes on the pair itself.  Sets ``args.target`` / ``args.draft``."""
+    return open_from_args(args).pair

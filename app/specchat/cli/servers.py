@@ -102,16 +102,8 @@ def _check(server: ServerConfig, keys: Keychain, *, as_json: bool) -> int:
     return 0
 
 
-def remote_backend(args: argparse.Namespace, which: str):
-    """The server named by ``--server`` (or ``--baseline-server``), connected."""
-    from specchat.remote.backend import RemoteBackend, RemoteConfig
-
-    server = ServerList(servers_file(args.profile)).resolve(which)
-    return RemoteBackend.connect(RemoteConfig(server))
-
-
 def server_events(backend, args: argparse.Namespace, messages: list[dict[str, str]], *, fresh: bool = False):
-    from specchat.backend import AnswerRequest
+    from specchat.engine.answer import AnswerRequest
     from specchat.engine.pair import CancelToken
 
     reasoning = None if getattr(args, "reasoning", None) is None else args.reasoning == "on"
@@ -132,6 +124,7 @@ def server_labels(args: argparse.Namespace) -> list[tuple[str, str]]:
 def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_table) -> list:
     """The server contenders (``--server``, and ``--baseline-server`` as its plain reference) after the
     local ones, in one interleaved run."""
+    from specchat.cli.common import open_from_args
     from specchat.harness.bench import run_contenders
 
     contenders = list(local_contenders)
@@ -139,9 +132,10 @@ def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_tab
     try:
         for label, flag in server_labels(args):
             if flag:
-                backend = remote_backend(args, flag)
+                backend = open_from_args(args, flag)
                 backends.append(backend)
-                print(f"{label}: {backend.caps.describe()}", flush=True)
+                print(f"{label}: {backend.info.server.summary if backend.info.server else backend.info.backend}",
+                      flush=True)
 
                 def run(prompt, backend=backend):
                     return server_events(backend, args, list(prompt.messages), fresh=True)

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from specchat.backend import AnswerRequest
 from specchat.bounded_json import loads
 from specchat.cancel import CancelToken
+from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import (
     Done,
     Error,

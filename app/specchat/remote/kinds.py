@@ -27,7 +27,7 @@ from .errors import ServerError
 
 
 class AnswerRequest(Protocol):
-    """What of :class:`specchat.backend.AnswerRequest` a request body reads (a protocol: that module
+    """What of :class:`specchat.engine.answer.AnswerRequest` a request body reads (a protocol: that module
     reads :class:`~.client.Capabilities`, which reads this one)."""
 
     @property

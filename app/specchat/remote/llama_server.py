@@ -8,6 +8,7 @@
   every flag against the binary's help, waits for ``/health``; a supervisor thread restarts
   a crashed server on the same port (at most 3 times in 60 s); ``stop()`` ends it, and so
   does the interpreter's exit or (Linux) the death of the thread that started it.
+- :func:`spec_type_offers`: which of a binary's ``--spec-type`` values a chat's models can use.
 
 Qt-free; every failure is a one-line :class:`~specchat.remote.errors.ServerError`.
 """
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("specchat")
 
+MANAGED = "llama-server"  # a chat's backend value for the llama-server SpecChat starts itself
 HELP_TIMEOUT_S = 20.0
 HELP_MAX_BYTES = 1 << 20  # the real help is 50 kB; a binary that prints more is cut off
 HOST = "127.0.0.1"
@@ -699,3 +701,51 @@ def _last_meaningful(text: str) -> str:
             if pattern.search(line):
                 return one_line(line, 300)
     return one_line(useful[-1], 300) if useful else "no output"
+
+
+def spec_type_offers(available: tuple[str, ...], target: Path | None, draft: Path | None) -> dict[str, str]:
+    """Each speculative type this llama-server lists → "" when the chat's models can use it, else why not.
+
+    What each needs (llama.cpp's common/speculative.cpp): ``draft-simple`` a draft model with the
+    target's tokenizer; ``draft-eagle3``/``draft-dflash``/``draft-dspark`` a trained drafter of that
+    kind as the draft file (its GGUF architecture says which); ``draft-mtp`` a target with
+    multi-token-prediction layers (``*.nextn_predict_layers``); ``ngram-*`` nothing but the text.
+    """
+    arch = ""
+    target_mtp = False
+    if draft is not None:
+        arch = _architecture(draft)
+    if target is not None:
+        target_mtp = _has_mtp(target)
+    out: dict[str, str] = {}
+    for kind in available:
+        if kind == "none" or kind.startswith("ngram"):
+            out[kind] = ""
+        elif kind == "draft-simple":
+            out[kind] = "" if draft is not None else "needs a draft model: choose one in the pair"
+        elif kind == "draft-mtp":
+            out[kind] = "" if target_mtp else "the target has no multi-token-prediction layers"
+        else:
+            want = kind.removeprefix("draft-")
+            out[kind] = "" if draft is not None and want in arch.lower() else \
+                f"needs a trained {want} drafter as the draft model"
+    return out
+
+
+def _metadata(path: Path) -> dict[str, object]:
+    from specchat.models.gguf_header import GGUFError, read_file_header
+
+    try:
+        return dict(read_file_header(path).metadata)
+    except (GGUFError, OSError):
+        return {}
+
+
+def _architecture(path: Path) -> str:
+    arch = _metadata(path).get("general.architecture")
+    return arch if isinstance(arch, str) else ""
+
+
+def _has_mtp(path: Path) -> bool:
+    meta = _metadata(path)
+    return any(k.endswith(".nextn_predict_layers") and isinstance(v, int) and v > 0 for k, v in meta.items())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from specchat.backends import BackendConfig
+from specchat.backends.factory import BackendConfig
 from specchat.context_policy import ContextPolicy
 from specchat.engine import (
     ControllerSettings,

@@ -11,15 +11,14 @@ import logging
 
 from PySide6.QtCore import QSettings
 
+from specchat.backends.choose import for_chat
+from specchat.backends.factory import BackendConfig
+from specchat.backends.pairs import record_last_pair
 from specchat.config import CONTROLLER_KEYS, AppConfig, ConfigChange, as_int
 from specchat.engine.pair import PairConfig
 from specchat.models.registry import Registry, RegistryError
 from specchat.native_work import LastCrash, NativeWork
-from specchat.pair_loading import pair_config, record_last_pair
 from specchat.profile import Profile
-from specchat.remote.backend import MANAGED, ManagedSpec, RemoteConfig
-from specchat.remote.errors import ServerError
-from specchat.remote.servers import ServerList, servers_file
 from specchat.services.answers import AnswerService
 from specchat.services.download import DownloadService
 from specchat.services.hub import HubTasks
@@ -74,24 +73,10 @@ class AppSession:
         except StoreWriteError as exc:
             log.warning("the deleted chats stay in the trash until the next start: %s", exc)
 
-    def pair_config(self, settings: ChatSettings) -> PairConfig | RemoteConfig:
-        """The pair a chat's settings ask for, with this app's model options (one loader for app and CLI),
-        or the server it names."""
-        if settings.backend == MANAGED:
-            if settings.target is None:
-                raise ValueError("no model pair chosen for this chat: choose one with Pair…")
-            return RemoteConfig.managed_server(ManagedSpec(
-                settings.target, settings.draft, spec_type=settings.server_spec_type,
-                n_ctx=as_int(self.config["n_ctx"]), threads=as_int(self.config["threads"]) or None,
-                log_dir=self.profile.cache_dir / "llama-server-logs"))
-        if settings.backend:
-            try:
-                return RemoteConfig(ServerList(servers_file(self.profile)).get(settings.backend))
-            except ServerError as exc:
-                raise ValueError(str(exc)) from None
-        if settings.target is None:
-            raise ValueError("no model pair chosen for this chat: choose one with Pair…")
-        return pair_config(self.config, self.profile, settings.target, settings.draft)
+    def pair_config(self, settings: ChatSettings) -> BackendConfig:
+        """The backend a chat's settings ask for, with this app's settings in force (one choice for app
+        and CLI: :func:`specchat.backends.choose.choose`)."""
+        return for_chat(settings, self.config, self.profile)
 
     def _remember_pair(self) -> None:
         """The pair that loaded is the default of 'specchat chat' and 'bench' from now on."""

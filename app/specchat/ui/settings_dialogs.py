@@ -35,9 +35,8 @@ from specchat.engine.settings import (
     StructuredOutput,
 )
 from specchat.errors import collect_warnings
-from specchat.remote.backend import MANAGED, spec_type_offers
 from specchat.remote.errors import ServerError
-from specchat.remote.llama_server import find_llama_server, server_help
+from specchat.remote.llama_server import MANAGED, find_llama_server, server_help, spec_type_offers
 from specchat.store import ChatSettings
 from specchat.workers.tasks import TaskHandle, TaskRunner
 

@@ -38,7 +38,7 @@ from .plots import PLOTS, PlotSpec, nice_ceiling
 from .theme import Theme, controller, current
 
 if TYPE_CHECKING:
-    from specchat.remote.client import Capabilities
+    from specchat.backends.protocol import ServerReport
     from specchat.workers.generation import PairInfo
 
 REPAINT_MS = 20  # one plot per tick: every plot at 10 Hz where painting is cheap (DESIGN: 10 to 30 Hz)
@@ -104,7 +104,7 @@ class TelemetryPanel(QDockWidget):
         self._version = -1
         self._numbers_at = 0.0
         self._shares: tuple = ()
-        self.remote: Capabilities | None = None  # the loaded server's; None: this machine's pair
+        self.remote: ServerReport | None = None  # the loaded server's; None: this machine's pair
         body = QWidget()
         v = QVBoxLayout(body)
         v.setContentsMargins(4, 4, 4, 4)
@@ -371,16 +371,16 @@ class TelemetryPanel(QDockWidget):
         This machine's memory says nothing of a server's, so the memory plot shows only where
         the server's box reports its GPU memory (a dcgm-exporter URL that answered).
         """
-        caps = info.remote if info is not None else None
-        self.remote = caps
-        self._show_memory_plot(caps is None or caps.vram)
+        server = info.server if info is not None else None
+        self.remote = server
+        self._show_memory_plot(server is None or server.gpu_memory)
         self.sample_memory()  # the memory line says whose memory it is
-        if caps is None:
+        if server is None:
             self.backend_notes.clear()
             self.backend_notes.hide()
             return
-        lines = [f"<b>On a server</b>: {_esc(caps.describe())}"]
-        lines += [f"· {_esc(n)}" for n in caps.notes]
+        lines = [f"<b>On a server</b>: {_esc(server.summary)}"]
+        lines += [f"· {_esc(n)}" for n in server.notes]
         self.backend_notes.setText("<br>".join(lines))
         # a height fixed per backend (not per frame): each line may wrap once in the dock's width
         self.backend_notes.setFixedHeight(min(12, 2 * len(lines)) * self.backend_notes.fontMetrics().lineSpacing())

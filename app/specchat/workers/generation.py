@@ -2,7 +2,7 @@
 
 llama.cpp contexts are not thread-safe, so exactly one thread ever touches
 them: a QThread running :class:`GenerationWorker`.  It opens a backend from a
-config (:func:`specchat.backends.open_backend`) and iterates its answers, never
+config (:func:`specchat.backends.factory.open_backend`) and iterates its answers, never
 asking which kind it is.  The GUI asks through
 queued signals and gets back the backend's frozen events, stamped with the
 request id so a window can drop results of a request it has moved past
@@ -24,13 +24,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from specchat.backend import AnswerRequest, Backend, PairInfo, Started
-from specchat.backends import BackendConfig, BackendFactory, backend_factory
+from specchat.backends.factory import BackendConfig, BackendFactory, backend_factory
+from specchat.backends.local import PairFactory, load_pair
+from specchat.backends.protocol import Backend, PairInfo
 from specchat.engine import Done, Error, StopReason
+from specchat.engine.answer import AnswerRequest, Started
 from specchat.engine.cpu_kernels import forget as forget_cpu_kernels
 from specchat.engine.cpu_kernels import verdict as cpu_kernel_verdict
 from specchat.engine.events import GenerationStats
-from specchat.engine.local import PairFactory, load_pair
 from specchat.engine.pair import CancelToken
 from specchat.engine.progress import Throttle
 from specchat.engine.runtime import LoadCancelled, backend_info

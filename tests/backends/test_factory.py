@@ -10,13 +10,13 @@ import pytest
 
 from helpers.fake_openai_server import FakeServer, Script
 from helpers.fakes import FakePairFactory, FakeSpec
-from specchat.backend import AnswerRequest, Started
-from specchat.backends import OPENERS, backend_factory, open_backend
+from specchat.backends.factory import OPENERS, backend_factory, open_backend
+from specchat.backends.local import LocalBackend
+from specchat.backends.remote import RemoteBackend, RemoteConfig
 from specchat.engine import Done, TokensEmitted
+from specchat.engine.answer import AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
-from specchat.engine.local import LocalBackend
 from specchat.engine.pair import PairConfig
-from specchat.remote.backend import RemoteBackend, RemoteConfig
 from specchat.remote.servers import ServerConfig
 from specchat.services.answers import AnswerService
 from specchat.store import ChatSettings, open_store
@@ -29,7 +29,7 @@ def test_the_factory_opens_a_local_pair_and_a_server_from_their_configs(monkeypa
     monkeypatch.setenv("SPECCHAT_API_KEY", "k")  # never the OS keychain in a test
     local = backend_factory(FakePairFactory(FakeSpec(answer_tokens=12)))(PairConfig(Path("t.gguf")), CancelToken())
     try:
-        assert isinstance(local, LocalBackend) and local.info.target == "t.gguf" and local.info.remote is None
+        assert isinstance(local, LocalBackend) and local.info.target == "t.gguf" and local.info.server is None
         events = list(local.answer(AnswerRequest(HELLO, max_tokens=12), CancelToken()))
     finally:
         local.close()
@@ -39,7 +39,8 @@ def test_the_factory_opens_a_local_pair_and_a_server_from_their_configs(monkeypa
     with FakeServer("vllm") as server:
         remote = open_backend(RemoteConfig(ServerConfig("box", server.url)), CancelToken())
         try:
-            assert isinstance(remote, RemoteBackend) and remote.info.remote is not None
+            assert isinstance(remote, RemoteBackend) and remote.info.server is not None
+            assert remote.info.server.summary.startswith("vllm serving")
             assert remote.info.backend == "vllm at box (" + server.url + ")"
         finally:
             remote.close()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from helpers.gguf_samples import write_tiny
+from specchat.backends.pairs import PairError, default_pair, fit_problem, pair_config, resolve_pair
 from specchat.config import AppConfig, ConfigError
 from specchat.models.catalog import load_catalog
 from specchat.models.registry import Registry
-from specchat.pair_loading import PairError, default_pair, fit_problem, pair_config, resolve_pair
 from specchat.profile import Profile
 
 QWEN = next(p for p in load_catalog(Path("/nonexistent")) if p.id == "qwen2.5-coder-1.5b")

@@ -1,9 +1,9 @@
-"""A pair of local models as a :class:`~specchat.backend.Backend`.
+"""A pair of local models as a :class:`~.protocol.Backend`.
 
 :meth:`LocalBackend.open` loads the pair from its GGUF files (through a pair factory:
 :func:`load_pair`, or the tests' fake); :meth:`LocalBackend.answer` renders the chat
 through the target's template and runs the generation loop, its text split once
-(:func:`~.phases.split_answer`).  Owned by the thread that opened it: llama.cpp
+(:func:`~specchat.engine.phases.split_answer`).  Owned by the thread that opened it: llama.cpp
 contexts are not thread-safe.
 """
 
@@ -13,20 +13,21 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import Protocol
 
-from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
 from specchat.context_policy import fit_messages, reserve
+from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
+from specchat.engine.cancel import CancelToken
+from specchat.engine.chat import TemplateCancelled
+from specchat.engine.events import Done, GenerationStats, StopReason
+from specchat.engine.pair import PairConfig, SpeculativePair
+from specchat.engine.phases import split_answer
+from specchat.engine.progress import ProgressSink
+from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
-from specchat.pair_loading import fit_problem
 from specchat.telemetry.samplers import estimated_shares
 
-from .cancel import CancelToken
-from .chat import TemplateCancelled
-from .events import Done, GenerationStats, StopReason
-from .pair import PairConfig, SpeculativePair
-from .phases import split_answer
-from .progress import ProgressSink
-from .runtime import LlamaError, LoadCancelled, backend_info
+from .pairs import fit_problem
+from .protocol import PairInfo
 
 
 class PairFactory(Protocol):
@@ -58,7 +59,7 @@ class LocalBackend:
              pair_factory: PairFactory = load_pair) -> LocalBackend:
         """Load the pair (:class:`LlamaError` when it cannot be; :class:`LoadCancelled` when ``cancel``
         was set before it was ready: a load given up never reports a superseded pair); ``progress``
-        hears the weights and the calibration (:mod:`.progress`)."""
+        hears the weights and the calibration (:mod:`specchat.engine.progress`)."""
         backend = cls(pair_factory(config, cancel, progress))
         if cancel.cancelled:
             backend.close()

@@ -1,9 +1,10 @@
-"""The one factory of backends: a config in, an open :class:`~specchat.backend.Backend` out.
+"""The one factory of backends: a config in, an open :class:`~.protocol.Backend` out.
 
 Like qutebrowser's ``browsertab.create()``: callers (the generation thread, the CLI) never
 ask which kind of backend a config names.  :data:`OPENERS` maps each kind of config to the
-opener of its backend; a new backend is its own module (a class with ``open(config,
-cancel)``, ``info``, ``answer`` and ``close``) and one line here.
+opener of its backend; a new backend is its own module in this package (a class with
+``open(config, cancel)``, ``info``, ``answer`` and ``close``), one line here, and the
+branch of :func:`.choose.choose` that names it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
-from specchat.backend import Backend
 from specchat.engine.cancel import CancelToken
-from specchat.engine.local import LocalBackend, PairFactory
 from specchat.engine.pair import PairConfig
 from specchat.engine.progress import ProgressSink
-from specchat.remote.backend import RemoteBackend, RemoteConfig
+
+from .local import LocalBackend, PairFactory
+from .protocol import Backend
+from .remote import RemoteBackend, RemoteConfig
 
 BackendConfig = PairConfig | RemoteConfig
 Opener = Callable[[Any, CancelToken, ProgressSink | None], Backend]

@@ -1,4 +1,4 @@
-"""A server as a chat's backend (a :class:`~specchat.backend.Backend`): connect (probe), answer, close.
+"""A server as a chat's backend (a :class:`~.protocol.Backend`): connect (probe), answer, close.
 
 :class:`RemoteConfig` names what to connect to; it is frozen and compares by value like
 the engine's ``PairConfig``, so the answer service reloads only when a chat's backend
@@ -6,7 +6,7 @@ really changed.  :class:`RemoteBackend` owns the HTTP client (and, for a managed
 llama-server, the server process) for as long as it is the loaded backend.  Its answers
 are the local backend's events: ``Started``, then the stream with its text split once
 (:func:`~specchat.engine.phases.split_answer`; a server's reasoning arrives inside
-``<think>`` tags, see :mod:`.chat`).
+``<think>`` tags, see :mod:`specchat.remote.chat`).
 """
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from specchat.backend import AnswerEvent, AnswerRequest, PairInfo, Started
+from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
 from specchat.engine.events import Done
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
+from specchat.remote.chat import Cancel, stream_answer
+from specchat.remote.client import Capabilities, ServerClient
+from specchat.remote.errors import ServerError
+from specchat.remote.llama_server import MANAGED
+from specchat.remote.servers import Keychain, ServerConfig
 
-from .chat import Cancel, stream_answer
-from .client import Capabilities, ServerClient
-from .errors import ServerError
-from .servers import Keychain, ServerConfig
+from .protocol import PairInfo, ServerReport
 
 if TYPE_CHECKING:
-    from .llama_server import ManagedServer
-
-MANAGED = "llama-server"  # a chat's backend value for the llama-server SpecChat starts itself
+    from specchat.remote.llama_server import ManagedServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +88,17 @@ class RemoteBackend:
 
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
-        """:meth:`connect`, as :func:`specchat.backends.open_backend` calls it (a probe is a few short GETs).
+        """:meth:`connect`, as :func:`.factory.open_backend` calls it (a probe is a few short GETs).
         A server has no steps to count: ``progress`` hears nothing, the window says it is connecting."""
         return cls.connect(config, cancel=cancel)
 
     @property
     def info(self) -> PairInfo:
-        return PairInfo.of_server(self, self.caps)
+        caps = self.caps
+        return PairInfo(target=caps.model_name, draft=None, backend=f"{caps.engine} at {self.label}",
+                        n_ctx=caps.n_ctx or 0, supports_reasoning_switch=True, speculation_blocked="",
+                        verify_ms={}, draft_ms=None, target_bytes=0, draft_bytes=0,
+                        server=ServerReport(caps.describe(), caps.notes, caps.vram))
 
     @classmethod
     def connect(cls, config: RemoteConfig, keychain: Keychain | None = None,
@@ -115,8 +119,7 @@ class RemoteBackend:
     @classmethod
     def _start_managed(cls, spec: ManagedSpec, label: str) -> RemoteBackend:
         from specchat.profile import Profile
-
-        from .llama_server import ManagedServer, find_llama_server
+        from specchat.remote.llama_server import ManagedServer, find_llama_server
 
         binary = find_llama_server(spec.binary)
         if binary is None:
@@ -161,51 +164,3 @@ class RemoteBackend:
         if self._process is not None:
             self._process.stop()
             self._process = None
-
-
-def spec_type_offers(available: tuple[str, ...], target: Path | None, draft: Path | None) -> dict[str, str]:
-    """Each speculative type this llama-server lists → "" when the chat's models can use it, else why not.
-
-    What each needs (llama.cpp's common/speculative.cpp): ``draft-simple`` a draft model with the
-    target's tokenizer; ``draft-eagle3``/``draft-dflash``/``draft-dspark`` a trained drafter of that
-    kind as the draft file (its GGUF architecture says which); ``draft-mtp`` a target with
-    multi-token-prediction layers (``*.nextn_predict_layers``); ``ngram-*`` nothing but the text.
-    """
-    arch = ""
-    target_mtp = False
-    if draft is not None:
-        arch = _architecture(draft)
-    if target is not None:
-        target_mtp = _has_mtp(target)
-    out: dict[str, str] = {}
-    for kind in available:
-        if kind == "none" or kind.startswith("ngram"):
-            out[kind] = ""
-        elif kind == "draft-simple":
-            out[kind] = "" if draft is not None else "needs a draft model: choose one in the pair"
-        elif kind == "draft-mtp":
-            out[kind] = "" if target_mtp else "the target has no multi-token-prediction layers"
-        else:
-            want = kind.removeprefix("draft-")
-            out[kind] = "" if draft is not None and want in arch.lower() else \
-                f"needs a trained {want} drafter as the draft model"
-    return out
-
-
-def _metadata(path: Path) -> dict[str, object]:
-    from specchat.models.gguf_header import GGUFError, read_file_header
-
-    try:
-        return dict(read_file_header(path).metadata)
-    except (GGUFError, OSError):
-        return {}
-
-
-def _architecture(path: Path) -> str:
-    arch = _metadata(path).get("general.architecture")
-    return arch if isinstance(arch, str) else ""
-
-
-def _has_mtp(path: Path) -> bool:
-    meta = _metadata(path)
-    return any(k.endswith(".nextn_predict_layers") and isinstance(v, int) and v > 0 for k, v in meta.items())

@@ -1,0 +1,71 @@
+"""Which backend answers: one decision for the window and the command line.  Qt-free.
+
+:func:`choose` turns what a user picked (a chat's settings in the window, flags on the
+command line) into the config of one backend, which :func:`.factory.open_backend` opens:
+
+- ``backend=""``: a pair of models loaded in this process (:class:`~specchat.engine.pair.PairConfig`
+  from :func:`.pairs.pair_config`: the settings, the profile, the caller's overrides);
+- ``backend=MANAGED`` (``"llama-server"``): the same pair in a llama-server SpecChat starts
+  and stops, drafting with llama.cpp's ``spec_type`` (the trained drafters its Python API
+  cannot reach);
+- anything else: a server of Settings → Servers by name, or a URL.
+
+Every way it cannot is one line: :class:`~.pairs.PairError` for a pair (none chosen, a
+missing file), :class:`ChoiceError` for a server, ``ConfigError`` for a bad override.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specchat.config import AppConfig, as_int
+from specchat.errors import UserError
+from specchat.profile import Profile
+from specchat.remote.errors import ServerError
+from specchat.remote.llama_server import MANAGED
+from specchat.remote.servers import ServerList, servers_file
+from specchat.store import ChatSettings
+
+from .factory import BackendConfig
+from .pairs import OVERRIDES, PairError, pair_config
+from .remote import ManagedSpec, RemoteConfig
+
+NO_PAIR = "no model pair chosen for this chat: choose one with Pair…"
+
+
+class ChoiceError(UserError, ValueError):
+    """The backend cannot be chosen as named (an unknown server); one line saying what to do."""
+
+
+def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Path | None = None,
+           draft: Path | None = None, spec_type: str = "draft-simple", no_pair: str = NO_PAIR,
+           **overrides: int | None) -> BackendConfig:
+    """The config of the backend ``backend`` names (see the module docstring).  ``overrides`` (keys of
+    :data:`~.pairs.OVERRIDES`, None: the config's value) win over the settings for a pair here and for
+    a managed llama-server's context and threads; a remote server keeps its own.  ``no_pair``: the
+    line when a pair is needed and ``target`` is None, in the caller's words."""
+    if backend and backend != MANAGED:
+        try:
+            return RemoteConfig(ServerList(servers_file(profile)).resolve(backend))
+        except ServerError as exc:
+            raise ChoiceError(str(exc)) from None
+    if target is None:
+        raise PairError(no_pair)
+    if not backend:
+        return pair_config(config, profile, target, draft, **overrides)
+    unknown = set(overrides) - set(OVERRIDES)
+    if unknown:
+        raise TypeError(f"choose: unknown override(s) {sorted(unknown)}")
+    checked = pair_config(config, profile, target, draft, **overrides)  # the same checks as a pair here
+    n_threads = checked.target_options.n_threads
+    gpu_layers = overrides.get("gpu_layers")
+    return RemoteConfig.managed_server(ManagedSpec(
+        checked.target, checked.draft, spec_type=spec_type, n_ctx=checked.target_options.n_ctx,
+        threads=n_threads or None, gpu_layers=None if gpu_layers is None else as_int(gpu_layers),
+        log_dir=profile.cache_dir / "llama-server-logs"))
+
+
+def for_chat(settings: ChatSettings, config: AppConfig, profile: Profile) -> BackendConfig:
+    """The backend a chat's settings ask for, with this app's settings: :func:`choose`, as the window calls it."""
+    return choose(config, profile, backend=settings.backend, target=settings.target, draft=settings.draft,
+                  spec_type=settings.server_spec_type)

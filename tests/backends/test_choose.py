@@ -1,0 +1,77 @@
+"""One choice of backend for the window and the command line: a chat's settings (or flags) to the
+config of the backend that answers, every refusal one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers.gguf_samples import write_tiny
+from specchat.backends.choose import ChoiceError, choose, for_chat
+from specchat.backends.pairs import PairError
+from specchat.backends.remote import RemoteConfig
+from specchat.config import AppConfig, ConfigError
+from specchat.engine.pair import PairConfig
+from specchat.profile import Profile
+from specchat.remote.llama_server import MANAGED
+from specchat.remote.servers import ServerConfig, ServerList, servers_file
+from specchat.store import ChatSettings
+
+
+@pytest.fixture
+def profile(tmp_path) -> Profile:
+    return Profile.at(tmp_path / "profile")
+
+
+@pytest.fixture
+def models(tmp_path) -> tuple[Path, Path]:
+    (tmp_path / "m").mkdir()
+    return write_tiny(tmp_path / "m" / "target.gguf"), write_tiny(tmp_path / "m" / "draft.gguf", n_tensors=2)
+
+
+def test_a_chat_on_this_machine_gets_its_pair_with_the_apps_settings(profile, models):
+    config = AppConfig.defaults()
+    chosen = for_chat(ChatSettings(target=models[0], draft=models[1]), config, profile)
+    assert isinstance(chosen, PairConfig)
+    assert (chosen.target, chosen.draft) == models
+    assert chosen.target_options.n_ctx == config["n_ctx"] and chosen.calibration_cache == profile.calibration_cache
+
+
+def test_the_command_line_overrides_win_over_the_settings_and_are_checked(profile, models):
+    chosen = choose(AppConfig.defaults(), profile, target=models[0], n_ctx=2048, k_max=3)
+    assert isinstance(chosen, PairConfig) and chosen.target_options.n_ctx == 2048 and chosen.controller.k_max == 3
+    with pytest.raises(ConfigError):
+        choose(AppConfig.defaults(), profile, target=models[0], n_ctx=-5)
+
+
+def test_a_managed_llama_server_gets_the_chats_pair_its_drafter_and_the_context(profile, models):
+    settings = ChatSettings(target=models[0], draft=models[1], backend=MANAGED, server_spec_type="ngram-mod")
+    chosen = for_chat(settings, AppConfig.defaults(), profile)
+    assert isinstance(chosen, RemoteConfig) and chosen.managed is not None
+    spec = chosen.managed
+    assert (spec.target, spec.draft, spec.spec_type) == (*models, "ngram-mod")
+    assert spec.n_ctx == AppConfig.defaults()["n_ctx"] and spec.log_dir == profile.cache_dir / "llama-server-logs"
+    cli = choose(AppConfig.defaults(), profile, backend=MANAGED, target=models[0], n_ctx=1024, gpu_layers=0)
+    assert isinstance(cli, RemoteConfig) and cli.managed is not None
+    assert (cli.managed.n_ctx, cli.managed.gpu_layers, cli.managed.draft) == (1024, 0, None)
+
+
+def test_a_named_server_or_a_url_is_connected_to_as_it_is(profile):
+    ServerList(servers_file(profile)).put(ServerConfig("box", "http://box:8080"))
+    named = choose(AppConfig.defaults(), profile, backend="box")
+    assert isinstance(named, RemoteConfig) and named.server.url == "http://box:8080" and named.managed is None
+    url = for_chat(ChatSettings(backend="http://other:9000"), AppConfig.defaults(), profile)
+    assert isinstance(url, RemoteConfig) and url.server.url == "http://other:9000"
+
+
+@pytest.mark.parametrize("settings, error, words", [
+    (ChatSettings(), PairError, "no model pair chosen"),
+    (ChatSettings(backend=MANAGED), PairError, "no model pair chosen"),
+    (ChatSettings(target=Path("/nonexistent/t.gguf")), PairError, "no such file"),
+    (ChatSettings(backend="gone"), ChoiceError, "no server named 'gone'"),
+])
+def test_what_cannot_be_chosen_is_one_line_saying_why(profile, settings, error, words):
+    with pytest.raises(error, match=words) as caught:
+        for_chat(settings, AppConfig.defaults(), profile)
+    assert "\n" not in str(caught.value) and isinstance(caught.value, ValueError)  # the answer service's one line
