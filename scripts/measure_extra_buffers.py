@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import specchat  # noqa: F401,I001  (loads llama.cpp's library before numpy)
 import test_models
-from gpu_kit import fill_to, timed_decode
+from gpukit.measure import fill_to, timed_decode
 
 from specchat.engine import cpu_kernels
 from specchat.engine.runtime import LoadedModel, ModelOptions

@@ -1,4 +1,4 @@
-"""scripts/gpu_kit.py: what can be proven without a GPU.
+"""The GPU kit (scripts/gpu_kit.py, its code in scripts/gpukit/): what can be proven without a GPU.
 
 The fast tier builds its own tiny tokenizer; the real tier copies the real Qwen tokenizer from
 the 0.5B test model's header, decodes a synthesised model through ``LoadedModel`` and runs the
@@ -18,14 +18,39 @@ import gguf
 import numpy as np
 import pytest
 
-import gpu_kit  # scripts/gpu_kit.py, put on sys.path by tests/conftest.py
+import gpu_kit  # scripts/gpu_kit.py, the command line, put on sys.path by tests/conftest.py
 import test_server  # scripts/test_server.py, likewise
+from gpukit.build import set_build_status  # scripts/gpukit/, likewise
+from gpukit.common import (
+    KIT_LIMIT_BYTES,
+    TEST_MODEL,
+    TOKENIZER_FILE,
+    build_dir,
+    folder_size,
+    tool_path,
+    write_json,
+)
+from gpukit.cost_profile import build_profile, check_profile, robust_rsd, verify_curve
+from gpukit.measure import timed_decode
+from gpukit.models import (
+    QWEN05B,
+    QWEN7B,
+    TOKEN_TYPE_UNUSED,
+    Shape,
+    Tokenizer,
+    synthesise,
+    tensor_plan,
+    write_random_gguf,
+    write_tokenizer_gguf,
+)
+from gpukit.pack import PREBUILT, pack_prebuilt, sdist_keeps, strip_sdist, unpack_prebuilt
+from gpukit.pairs import bigram_cycle, check_pairs, follow_share, greedy_path, make_pairs, parse_alphas
 from specchat.models.gguf_header import validate_file
 
-TINY = gpu_kit.Shape("test-tiny", 2, 64, 2, 1, 128, None, tied=False)
+TINY = Shape("test-tiny", 2, 64, 2, 1, 128, None, tied=False)
 
 
-def fake_tokenizer(tmp_path: Path) -> gpu_kit.Tokenizer:
+def fake_tokenizer(tmp_path: Path) -> Tokenizer:
     """A gpt2-style tokenizer of 300 tokens, written and read back as the kit reads Qwen's."""
     src = tmp_path / "tok-src.gguf"
     w = gguf.GGUFWriter(str(src), "qwen2")
@@ -42,8 +67,8 @@ def fake_tokenizer(tmp_path: Path) -> gpu_kit.Tokenizer:
     w.write_ti_data_to_file()
     w.close()
     out = tmp_path / "tok.gguf"
-    gpu_kit.write_tokenizer_gguf(src, out)
-    return gpu_kit.Tokenizer.from_gguf(out)
+    write_tokenizer_gguf(src, out)
+    return Tokenizer.from_gguf(out)
 
 
 def test_the_tokenizer_file_holds_every_tokenizer_key_and_no_tensor(tmp_path):
@@ -60,9 +85,9 @@ def test_the_tokenizer_file_holds_every_tokenizer_key_and_no_tensor(tmp_path):
 
 def test_synthesised_gguf_has_the_shape_and_a_padded_vocabulary(tmp_path):
     tok = fake_tokenizer(tmp_path)
-    shape = gpu_kit.Shape("test-padded", 2, 64, 2, 1, 128, 320, tied=False)
+    shape = Shape("test-padded", 2, 64, 2, 1, 128, 320, tied=False)
     path = tmp_path / "m.gguf"
-    n = gpu_kit.write_random_gguf(path, shape, tok, pool_size=1 << 12)
+    n = write_random_gguf(path, shape, tok, pool_size=1 << 12)
     h = validate_file(path)  # SpecChat's own header reader accepts it, sizes included
     assert h.architecture == "qwen2"
     assert h.expected_file_size == path.stat().st_size
@@ -71,7 +96,7 @@ def test_synthesised_gguf_has_the_shape_and_a_padded_vocabulary(tmp_path):
     tokens = h.get("tokenizer.ggml.tokens")
     assert len(tokens) == 320 and tokens[299] == "<|im_end|>" and tokens[300] == "[PAD300]"
     types = h.get("tokenizer.ggml.token_type")
-    assert list(types[-20:]) == [gpu_kit.TOKEN_TYPE_UNUSED] * 20
+    assert list(types[-20:]) == [TOKEN_TYPE_UNUSED] * 20
     names = [t.name for t in h.tensors]
     assert len(names) == n == 3 + 2 * 12
     assert "output.weight" in names and "blk.1.attn_k.bias" in names
@@ -86,24 +111,24 @@ def test_synthesised_gguf_has_the_shape_and_a_padded_vocabulary(tmp_path):
 
 def test_tied_shapes_have_no_output_matrix(tmp_path):
     tok = fake_tokenizer(tmp_path)
-    shape = gpu_kit.Shape("test-tied", 1, 64, 2, 1, 128, None, tied=True)
-    gpu_kit.write_random_gguf(tmp_path / "t.gguf", shape, tok, pool_size=1 << 12)
+    shape = Shape("test-tied", 1, 64, 2, 1, 128, None, tied=True)
+    write_random_gguf(tmp_path / "t.gguf", shape, tok, pool_size=1 << 12)
     assert "output.weight" not in [t.name for t in validate_file(tmp_path / "t.gguf").tensors]
 
 
 def test_a_vocabulary_smaller_than_the_tokenizer_is_refused(tmp_path):
     tok = fake_tokenizer(tmp_path)
     with pytest.raises(ValueError, match="cannot hold"):
-        gpu_kit.write_random_gguf(tmp_path / "x.gguf", gpu_kit.Shape("s", 1, 64, 2, 1, 128, 10, tied=True), tok)
+        write_random_gguf(tmp_path / "x.gguf", Shape("s", 1, 64, 2, 1, 128, 10, tied=True), tok)
 
 
 def test_the_real_shapes_match_the_qwen_configs():
-    assert gpu_kit.QWEN7B.head_dim == 128 and gpu_kit.QWEN7B.head_dim * gpu_kit.QWEN7B.n_head_kv == 512
-    plan = dict((n, d) for n, d, _ in gpu_kit.tensor_plan(gpu_kit.QWEN7B, 152064))
+    assert QWEN7B.head_dim == 128 and QWEN7B.head_dim * QWEN7B.n_head_kv == 512
+    plan = dict((n, d) for n, d, _ in tensor_plan(QWEN7B, 152064))
     assert plan["blk.27.ffn_down.weight"] == (3584, 18944) and "output.weight" in plan
     params = sum(math.prod(d) for d in plan.values())
     assert 7.5e9 < params < 7.7e9  # Qwen2.5-7B: 7.61B parameters
-    small = dict((n, d) for n, d, _ in gpu_kit.tensor_plan(gpu_kit.QWEN05B, 151936))
+    small = dict((n, d) for n, d, _ in tensor_plan(QWEN05B, 151936))
     assert "output.weight" not in small
     assert 0.48e9 < sum(math.prod(d) for d in small.values()) < 0.5e9  # Qwen2.5-0.5B: 0.49B
 
@@ -128,7 +153,7 @@ def test_the_real_shapes_match_the_qwen_configs():
     ("llama_cpp_python-0.3.36/docs/index.md", False),
 ])
 def test_the_stripped_sdist_keeps_what_a_cuda_build_reads(member, kept):
-    assert gpu_kit.sdist_keeps(member) is kept
+    assert sdist_keeps(member) is kept
 
 
 def test_strip_sdist_writes_an_xz_of_the_kept_members(tmp_path):
@@ -140,7 +165,7 @@ def test_strip_sdist_writes_an_xz_of_the_kept_members(tmp_path):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     out = tmp_path / "s.tar.xz"
-    assert gpu_kit.strip_sdist(src, out) == (2, 1)
+    assert strip_sdist(src, out) == (2, 1)
     with tarfile.open(out, "r:xz") as tar:
         assert tar.getnames() == ["p/CMakeLists.txt", "p/vendor/llama.cpp/src/a.cpp"]
         assert tar.extractfile("p/CMakeLists.txt").read() == b"p/CMakeLists.txt" * 10
@@ -158,9 +183,9 @@ def measurements() -> dict:
 
 
 def test_the_profile_has_every_required_key_and_a_source_for_each_measured_number(tmp_path):
-    p = gpu_kit.build_profile(measurements(), hardware="NVIDIA H100 80GB HBM3", kind="measured-gpu",
+    p = build_profile(measurements(), hardware="NVIDIA H100 80GB HBM3", kind="measured-gpu",
                               shapes="qwen7b", date="2026-11-21")
-    gpu_kit.check_profile(p)
+    check_profile(p)
     assert p["name"] == "nvidia-h100-80gb-hbm3-qwen7b" and p["kind"] == "measured-gpu"
     assert p["verify_x"]["1"] == 1.0 and sorted(p["verify_x"], key=int) == [str(n) for n in range(1, 18)]
     assert p["verify_x"]["17"]["value"] == pytest.approx((0.006 + 0.0068) / 0.0064)  # the minimum of the repeats
@@ -169,12 +194,12 @@ def test_the_profile_has_every_required_key_and_a_source_for_each_measured_numbe
     assert p["overhead_s"]["value"] == pytest.approx(0.0005)
     for key in ("token_s", "draft_x", "overhead_s", "lookup_s", "noise"):
         assert "NVIDIA H100 80GB HBM3" in p[key]["source"] or p[key]["source"].startswith("derived:")
-    gpu_kit.write_json(tmp_path / "p.json", p)
+    write_json(tmp_path / "p.json", p)
     assert json.loads((tmp_path / "p.json").read_text()) == p
 
 
 def test_the_verify_curve_never_falls_and_says_where_it_was_raised():
-    curve = gpu_kit.verify_curve({1: 0.010, 2: 0.009, 3: 0.012, 4: 0.011, 5: 0.015}, dict.fromkeys(range(1, 6), 3), "s")
+    curve = verify_curve({1: 0.010, 2: 0.009, 3: 0.012, 4: 0.011, 5: 0.015}, dict.fromkeys(range(1, 6), 3), "s")
     values = [curve[str(n)] if n == 1 else curve[str(n)]["value"] for n in range(1, 6)]
     assert values == pytest.approx([1.0, 1.0, 1.2, 1.2, 1.5])
     assert "raised to the n=1 value" in curve["2"]["source"] and "raised to the n=3 value" in curve["4"]["source"]
@@ -182,28 +207,28 @@ def test_the_verify_curve_never_falls_and_says_where_it_was_raised():
 
 
 def test_a_profile_without_a_required_key_is_refused():
-    p = gpu_kit.build_profile(measurements(), hardware="x", kind="measured-gpu", shapes="qwen7b", date="d")
+    p = build_profile(measurements(), hardware="x", kind="measured-gpu", shapes="qwen7b", date="d")
     del p["draft_x"]
     with pytest.raises(ValueError, match="draft_x"):
-        gpu_kit.check_profile(p)
+        check_profile(p)
 
 
 def test_the_noise_estimate_ignores_a_rare_stall():
-    assert gpu_kit.robust_rsd([1.0, 1.01, 0.99, 1.0, 50.0]) < 0.05
+    assert robust_rsd([1.0, 1.01, 0.99, 1.0, 50.0]) < 0.05
 
 
 def test_the_profile_noise_stays_within_the_schema_range_when_the_repeats_scatter():
     m = measurements()
     m["verify_s"]["1"] = [0.001, 0.009]  # two repeats, one stalled: 1.4826 * MAD / median > 1
-    p = gpu_kit.build_profile(m, hardware="x", kind="measured-cpu", shapes="tiny", date="d")
+    p = build_profile(m, hardware="x", kind="measured-cpu", shapes="tiny", date="d")
     assert p["noise"]["value"] == 1.0 and "capped" in p["noise"]["source"]
 
 
 # -- real tier: the real Qwen tokenizer, llama.cpp ------------------------------------------
 
 def test_the_real_qwen_tokenizer_is_copied_whole(qwen_draft, tmp_path):
-    out = tmp_path / gpu_kit.TOKENIZER_FILE
-    tok = gpu_kit.write_tokenizer_gguf(qwen_draft, out)
+    out = tmp_path / TOKENIZER_FILE
+    tok = write_tokenizer_gguf(qwen_draft, out)
     src, copy = validate_file(qwen_draft), validate_file(out)
     for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
                 "tokenizer.ggml.eos_token_id", "tokenizer.chat_template", "tokenizer.ggml.pre"):
@@ -214,14 +239,14 @@ def test_the_real_qwen_tokenizer_is_copied_whole(qwen_draft, tmp_path):
 def test_a_synthesised_quantised_model_loads_and_decodes(qwen_draft, tmp_path):
     from specchat.engine.runtime import LoadedModel, ModelOptions
 
-    tok = gpu_kit.Tokenizer.from_gguf(qwen_draft)
-    path = gpu_kit.synthesise(TINY, tok, tmp_path, threads=2, seed=3)
+    tok = Tokenizer.from_gguf(qwen_draft)
+    path = synthesise(TINY, tok, tmp_path, threads=2, seed=3)
     with LoadedModel(path, ModelOptions(n_ctx=256, n_gpu_layers=0, n_threads=2), n_outputs=17) as m:
         assert m.n_vocab == 151936
         prompt = m.tokenize("Hello, world", add_special=False)
         m.decode(prompt, logits="last")
         assert np.isfinite(m.logits(-1)).all()
-        assert gpu_kit.timed_decode(m, 17) > 0 and len(m.tokens) == len(prompt)
+        assert timed_decode(m, 17) > 0 and len(m.tokens) == len(prompt)
 
 
 @pytest.mark.slow
@@ -233,7 +258,7 @@ def test_run_on_the_cpu_writes_the_profile_measurements_and_simulate(qwen_draft,
     assert rc == 0
     (profile_path,) = out.glob("profile-*.json")
     profile = json.loads(profile_path.read_text())
-    gpu_kit.check_profile(profile)
+    check_profile(profile)
     assert profile["kind"] == "measured-cpu" and profile_path.name == f"profile-{profile['name']}.json"
     from specchat.harness.simulate import load_profile
 
@@ -251,9 +276,9 @@ def test_the_kit_stays_under_its_size_limit(qwen_draft, tmp_path):
     sdist = Path(os.environ["SPECCHAT_LLAMA_SDIST"])
     kit = tmp_path / "kit"
     kit.mkdir()
-    gpu_kit.strip_sdist(sdist, kit / "s.tar.xz")
-    gpu_kit.write_tokenizer_gguf(qwen_draft, kit / gpu_kit.TOKENIZER_FILE)
-    assert gpu_kit.folder_size(kit) < gpu_kit.KIT_LIMIT_BYTES // 2  # the wheels are < 1 MiB more
+    strip_sdist(sdist, kit / "s.tar.xz")
+    write_tokenizer_gguf(qwen_draft, kit / TOKENIZER_FILE)
+    assert folder_size(kit) < KIT_LIMIT_BYTES // 2  # the wheels are < 1 MiB more
 
 
 # -- agreement pairs ----------------------------------------------------------------------------
@@ -261,10 +286,10 @@ def test_the_kit_stays_under_its_size_limit(qwen_draft, tmp_path):
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.9, 1.0])
 def test_a_draft_bigram_is_a_permutation_equal_to_the_target_on_alpha_of_its_tokens(alpha):
     ids = np.arange(5, 4005)  # the normal tokens; 0-4 and 4005+ are specials
-    nxt = gpu_kit.bigram_cycle(ids, 4100, seed=1)
+    nxt = bigram_cycle(ids, 4100, seed=1)
     assert sorted(nxt[ids]) == list(ids) and (nxt[:5] == -1).all() and (nxt[4005:] == -1).all()
-    assert len(gpu_kit.greedy_path(nxt, 5, 4001)) == 4001 and gpu_kit.greedy_path(nxt, 5, 4001)[-1] == 5  # one cycle
-    draft = gpu_kit.follow_share(nxt, alpha, seed=7)
+    assert len(greedy_path(nxt, 5, 4001)) == 4001 and greedy_path(nxt, 5, 4001)[-1] == 5  # one cycle
+    draft = follow_share(nxt, alpha, seed=7)
     assert sorted(draft[ids]) == list(ids)  # a bigram for every normal token, each next token once
     share = float(np.mean(draft[ids] == nxt[ids]))
     assert abs(share - alpha) <= 4 * math.sqrt(max(alpha * (1 - alpha), 1e-9) / len(ids)) + 1e-9
@@ -272,21 +297,21 @@ def test_a_draft_bigram_is_a_permutation_equal_to_the_target_on_alpha_of_its_tok
 
 def test_bad_alphas_are_one_line():
     with pytest.raises(SystemExit, match="between 0 and 1"):
-        gpu_kit.parse_alphas("0.5,1.5")
+        parse_alphas("0.5,1.5")
     with pytest.raises(SystemExit, match="between 0 and 1"):
-        gpu_kit.parse_alphas("x")
-    assert gpu_kit.parse_alphas("0.9, 0.6,0.9") == [0.6, 0.9]
+        parse_alphas("x")
+    assert parse_alphas("0.9, 0.6,0.9") == [0.6, 0.9]
 
 
 @pytest.fixture(scope="module")
 def tiny_pairs(tmp_path_factory):
     """Tiny-shape agreement pairs with the real Qwen tokenizer (F16: seconds on two cores)."""
-    model = Path(os.environ.get("SPECCHAT_TEST_MODELS", "")) / gpu_kit.TEST_MODEL
+    model = Path(os.environ.get("SPECCHAT_TEST_MODELS", "")) / TEST_MODEL
     if not model.is_file():
         pytest.skip("the Qwen test model is not provisioned (scripts/test_models.py)")
-    tok = gpu_kit.Tokenizer.from_gguf(model)
+    tok = Tokenizer.from_gguf(model)
     out = tmp_path_factory.mktemp("pairs")
-    return gpu_kit.make_pairs("tiny", tok, [0.5, 0.9], out, threads=2, quantized=False), tok
+    return make_pairs("tiny", tok, [0.5, 0.9], out, threads=2, quantized=False), tok
 
 
 @pytest.mark.real_models
@@ -294,7 +319,7 @@ def test_the_target_follows_its_bigram_and_each_draft_agrees_at_its_alpha(tiny_p
     pairs, tok = tiny_pairs
     n = 512
 
-    got = gpu_kit.check_pairs(pairs, tok, n=n, gpu=False)
+    got = check_pairs(pairs, tok, n=n, gpu=False)
 
     assert got["target"] == 1.0
     for alpha in (0.5, 0.9):  # within 4 standard errors of a binomial share (and a little for rounding)
@@ -386,13 +411,13 @@ def test_build_wait_only_waits_for_the_detached_build_and_says_how_it_ended(tmp_
     wait = ["build", "--site", str(site), "--kit", str(tmp_path / "no-kit"), "--wait", "0.1"]
     assert gpu_kit.main(wait) == 1  # nothing started here: it says so, and builds nothing
     assert "never started" in capsys.readouterr().out and not (tmp_path / "src").exists()
-    gpu_kit.set_build_status(site, state="running", pid=os.getpid(), started=0.0)
+    set_build_status(site, state="running", pid=os.getpid(), started=0.0)
     assert gpu_kit.main(wait) == 3  # still running after the wait: call again
-    gpu_kit.set_build_status(site, state="running", pid=2 ** 22 + 12345)
+    set_build_status(site, state="running", pid=2 ** 22 + 12345)
     assert gpu_kit.main(wait) == 1 and "gone" in capsys.readouterr().out  # the machine went back
-    gpu_kit.set_build_status(site, state="done", seconds=203.0)
+    set_build_status(site, state="done", seconds=203.0)
     assert gpu_kit.main(wait) == 0 and "build done in 203 s" in capsys.readouterr().out
-    gpu_kit.set_build_status(site, state="failed", error="the build failed (2)")
+    set_build_status(site, state="failed", error="the build failed (2)")
     assert gpu_kit.main(wait) == 1 and "the build failed (2)" in capsys.readouterr().out
 
 
@@ -400,7 +425,7 @@ def test_a_tree_built_here_travels_as_one_archive_and_is_laid_out_as_the_build_l
     """``build --cuda-from-index`` packs its tree for the GPU machine; ``build`` there unpacks it in place
     of compiling: the libraries and tools in the build's bin/, the bindings over them, links kept."""
     site = tmp_path / "here" / "site"
-    bin_dir = gpu_kit.build_dir(site) / "bin"
+    bin_dir = build_dir(site) / "bin"
     bin_dir.mkdir(parents=True)
     for name in ("libggml-cuda.so", "libggml-base.so", "libllama.so.0.5.0", "llama-server", "llama-bench",
                  "test-backend-ops", "libother.so"):
@@ -411,8 +436,8 @@ def test_a_tree_built_here_travels_as_one_archive_and_is_laid_out_as_the_build_l
     (site / "llama_cpp" / "lib").symlink_to(bin_dir, target_is_directory=True)
     kit = tmp_path / "kit"
     kit.mkdir()
-    packed = gpu_kit.pack_prebuilt(site, kit)
-    assert packed == kit / gpu_kit.PREBUILT
+    packed = pack_prebuilt(site, kit)
+    assert packed == kit / PREBUILT
     with tarfile.open(packed) as tar:
         names = sorted(tar.getnames())
     assert "bin/test-backend-ops" not in names and "bin/libother.so" not in names  # only what runs there
@@ -420,18 +445,18 @@ def test_a_tree_built_here_travels_as_one_archive_and_is_laid_out_as_the_build_l
             "llama_cpp/__init__.py"} <= set(names) and "llama_cpp/lib" not in names
 
     there = tmp_path / "gpu" / "site"
-    gpu_kit.unpack_prebuilt(kit, there)
+    unpack_prebuilt(kit, there)
     lib = there / "llama_cpp" / "lib"
-    assert (lib / "llama-server").read_bytes() == b"llama-server" and lib.resolve() == gpu_kit.build_dir(there) / "bin"
+    assert (lib / "llama-server").read_bytes() == b"llama-server" and lib.resolve() == build_dir(there) / "bin"
     assert (lib / "libllama.so").is_symlink() and (lib / "libllama.so").read_bytes() == b"libllama.so.0.5.0"
-    assert gpu_kit.tool_path(there, "llama-bench").is_file()
+    assert tool_path(there, "llama-bench").is_file()
 
 
 def test_packing_without_a_cuda_build_says_so(tmp_path):
     site = tmp_path / "site"
-    (gpu_kit.build_dir(site) / "bin").mkdir(parents=True)
+    (build_dir(site) / "bin").mkdir(parents=True)
     with pytest.raises(SystemExit, match="no libggml-cuda"):
-        gpu_kit.pack_prebuilt(site, tmp_path)
+        pack_prebuilt(site, tmp_path)
 
 
 @pytest.mark.real_models
@@ -440,7 +465,7 @@ def test_a_measure_cut_short_still_leaves_what_it_measured(qwen_draft, tmp_path,
     def out_of_time(*args, **kwargs):
         raise KeyboardInterrupt  # what the device call's timeout does to the process, near enough
 
-    monkeypatch.setattr(gpu_kit, "measure_costs", out_of_time)
+    monkeypatch.setattr("gpukit.measure.measure_costs", out_of_time)  # where cmd_measure looks it up
     (tmp_path / "server").write_text("")  # never started: the run stops before the benches
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
