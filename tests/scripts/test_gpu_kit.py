@@ -11,6 +11,8 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -404,6 +406,33 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     for needle in ("## alpha 0.9", "llama-server draft-simple (n_max 3)", "in llama.cpp's graph", "llama-server ngram-mod",
                    "llama-server plain", "SpecChat auto", "cycled / steady", "x SpecChat plain"):
         assert needle in report
+
+
+SCRIPTS = Path(gpu_kit.__file__).resolve().parent
+_IMPORTS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+before = set(sys.modules)
+import gpu_kit, gpukit.build, gpukit.common, gpukit.cost_profile, gpukit.measure, gpukit.models, gpukit.pack
+import gpukit.pairs
+print(sorted(m for m in set(sys.modules) - before
+             if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ("gpu_kit", "gpukit")))
+"""
+
+
+def test_the_command_line_and_its_package_import_the_standard_library_only():
+    """``python3 scripts/gpu_kit.py`` runs on the GPU image before the carried site is on sys.path, and
+    llama.cpp's library must load before numpy: nothing outside the standard library at import time."""
+    res = subprocess.run([sys.executable, "-c", _IMPORTS, str(SCRIPTS)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert res.stdout.strip() == "[]", res.stdout
+
+
+@pytest.mark.parametrize("command", ["pack", "build", "run", "pairs", "measure"])
+def test_every_subcommand_answers_help_from_the_script_itself(command):
+    res = subprocess.run([sys.executable, str(SCRIPTS / "gpu_kit.py"), command, "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith(f"usage: gpu_kit.py {command}"), res.stderr
 
 
 def test_build_wait_only_waits_for_the_detached_build_and_says_how_it_ended(tmp_path, capsys):
