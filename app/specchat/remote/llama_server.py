@@ -8,7 +8,8 @@
   every flag against the binary's help, waits for ``/health``; a supervisor thread restarts
   a crashed server on the same port (at most 3 times in 60 s); ``stop()`` ends it, and so
   does the interpreter's exit or (Linux) the death of the thread that started it.
-- :func:`spec_type_offers`: which of a binary's ``--spec-type`` values a chat's models can use.
+- :func:`spec_type_offers`: which of a binary's ``--spec-type`` values a chat's models can use (the
+  drafter's kind and fit read from the GGUF headers, :mod:`specchat.models.drafter_heads`).
 
 Qt-free; every failure is a one-line :class:`~specchat.remote.errors.ServerError`.
 """
@@ -43,6 +44,9 @@ from specchat.remote.errors import ServerError
 
 if TYPE_CHECKING:
     import httpx2
+
+    from specchat.models.drafter_heads import DrafterKind
+    from specchat.models.gguf_header import GGUFHeader
 
 log = logging.getLogger("specchat")
 
@@ -704,48 +708,93 @@ def _last_meaningful(text: str) -> str:
 
 
 def spec_type_offers(available: tuple[str, ...], target: Path | None, draft: Path | None) -> dict[str, str]:
-    """Each speculative type this llama-server lists → "" when the chat's models can use it, else why not.
+    """Each speculative type this llama-server lists → "" when the chat's models can use it, else why not
+    (one line).
 
-    What each needs (llama.cpp's common/speculative.cpp): ``draft-simple`` a draft model with the
-    target's tokenizer; ``draft-eagle3``/``draft-dflash``/``draft-dspark`` a trained drafter of that
-    kind as the draft file (its GGUF architecture says which); ``draft-mtp`` a target with
-    multi-token-prediction layers (``*.nextn_predict_layers``); ``ngram-*`` nothing but the text.
+    The kinds come from the files' GGUF headers (:mod:`specchat.models.drafter_heads`): ``draft-simple``
+    wants an ordinary draft model with the target's vocabulary; ``draft-eagle3``, ``draft-dflash`` and
+    ``draft-dspark`` a trained head of that kind as the draft; ``draft-mtp`` an MTP head (``mtp-*.gguf``,
+    Gemma 4's assistant) as the draft, or no draft and a target with its own MTP layers; ``ngram-*``
+    nothing but the text.  A head of the right kind is then checked against the target as llama.cpp
+    checks it at load (:func:`~specchat.models.drafter_heads.check_head`), so a head llama.cpp would
+    refuse, abort on or silently not draft with is greyed out with the field that disagrees.  A file
+    whose header cannot be read is left to llama-server, which says what is wrong with it.
     """
-    arch = ""
-    target_mtp = False
-    if draft is not None:
-        arch = _architecture(draft)
-    if target is not None:
-        target_mtp = _has_mtp(target)
+    from specchat.models.drafter_heads import DrafterKind
+
+    t, d = _header(target), _header(draft)
+    d_kind = _kind(d)
+    by_type = {k.spec_type: k for k in (DrafterKind.EAGLE3, DrafterKind.DFLASH, DrafterKind.DSPARK)}
     out: dict[str, str] = {}
-    for kind in available:
-        if kind == "none" or kind.startswith("ngram"):
-            out[kind] = ""
-        elif kind == "draft-simple":
-            out[kind] = "" if draft is not None else "needs a draft model: choose one in the pair"
-        elif kind == "draft-mtp":
-            out[kind] = "" if target_mtp else "the target has no multi-token-prediction layers"
-        else:
-            want = kind.removeprefix("draft-")
-            out[kind] = "" if draft is not None and want in arch.lower() else \
+    for spec in available:
+        if spec == "none" or spec.startswith("ngram"):
+            out[spec] = ""
+        elif spec == "draft-simple":
+            out[spec] = _simple_offer(draft, t, d, d_kind)
+        elif spec == "draft-mtp":
+            out[spec] = _mtp_offer(draft, t, d, d_kind)
+        elif spec in by_type:
+            out[spec] = _head_offer(by_type[spec], draft, t, d, d_kind)
+        else:  # a type this SpecChat does not know: a trained drafter whose architecture is named after it
+            want = spec.removeprefix("draft-")
+            out[spec] = "" if d is not None and want in d.architecture.lower() else \
                 f"needs a trained {want} drafter as the draft model"
     return out
 
 
-def _metadata(path: Path) -> dict[str, object]:
+def _simple_offer(draft: Path | None, t: GGUFHeader | None, d: GGUFHeader | None, d_kind: DrafterKind | None) -> str:
+    from specchat.models.drafter_heads import check_head
+
+    if draft is None:
+        return "needs a draft model: choose one in the pair"
+    if d_kind is not None and d_kind.trained:
+        return f"the draft is {d_kind.label}, which drafts with --spec-type {d_kind.spec_type}"
+    return (check_head(t, d) or "") if t is not None and d is not None else ""
+
+
+def _mtp_offer(draft: Path | None, t: GGUFHeader | None, d: GGUFHeader | None, d_kind: DrafterKind | None) -> str:
+    from specchat.models.drafter_heads import DrafterKind, check_head, check_mtp_target
+
+    if t is None:
+        return "needs a target with multi-token-prediction layers, or an MTP head as the draft (the target is unreadable)"
+    if draft is None:
+        return check_mtp_target(t) or ""
+    if d_kind is DrafterKind.MTP_HEAD:
+        return (check_head(t, d) or "") if d is not None else ""
+    if check_mtp_target(t) is None:  # llama-server would load the draft as the MTP head
+        return "the target's own multi-token-prediction layers draft without a draft model: take the draft out of the pair"
+    what = d_kind.label if d_kind is not None else "not an MTP head"
+    return f"needs an MTP head (mtp-*.gguf) as the draft, or a target with multi-token-prediction layers; the draft is {what}"
+
+
+def _head_offer(want: DrafterKind, draft: Path | None, t: GGUFHeader | None, d: GGUFHeader | None,
+                d_kind: DrafterKind | None) -> str:
+    from specchat.models.drafter_heads import check_head
+
+    need = f"needs {want.label} as the draft model"
+    if draft is None or d is None or d_kind is not want:
+        return need + (f"; the draft is {d_kind.label}" if d_kind is not None and draft is not None else "")
+    return (check_head(t, d) or "") if t is not None else ""
+
+
+def _header(path: Path | None) -> GGUFHeader | None:
     from specchat.models.gguf_header import GGUFError, read_file_header
 
+    if path is None:
+        return None
     try:
-        return dict(read_file_header(path).metadata)
+        return read_file_header(path)
     except (GGUFError, OSError):
-        return {}
+        return None
 
 
-def _architecture(path: Path) -> str:
-    arch = _metadata(path).get("general.architecture")
-    return arch if isinstance(arch, str) else ""
+def _kind(header: GGUFHeader | None) -> DrafterKind | None:
+    from specchat.models.drafter_heads import drafter_kind
+    from specchat.models.gguf_header import GGUFError
 
-
-def _has_mtp(path: Path) -> bool:
-    meta = _metadata(path)
-    return any(k.endswith(".nextn_predict_layers") and isinstance(v, int) and v > 0 for k, v in meta.items())
+    if header is None:
+        return None
+    try:
+        return drafter_kind(header)
+    except GGUFError:
+        return None
