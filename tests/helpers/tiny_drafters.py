@@ -10,8 +10,8 @@ What the loader wants, by file (paths in the llama.cpp source tree):
 - targets: ``qwen3`` (src/models/qwen3.cpp: dense, and its graph exposes every layer's input,
   ``t_layer_inp``, which EAGLE-3 and DFlash read; qwen2's does not) for eagle3/dflash/dspark, and
   ``qwen35`` with one trailing NextN block (``qwen35.nextn_predict_layers = 1``,
-  ``blk.N.nextn.eh_proj/enorm/hnorm``, src/models/qwen35.cpp:96-116) for MTP: qwen35 is a dense
-  architecture with an MTP draft graph (``graph_mtp``, qwen35.cpp:485), hybrid like the real one: every second layer is a gated delta net
+  ``blk.N.nextn.eh_proj/enorm/hnorm``, src/models/qwen35.cpp:93-123) for MTP: qwen35 is a dense
+  architecture with an MTP draft graph (``graph_mtp``, qwen35.cpp:486), hybrid like the real one: every second layer is a gated delta net
   (``qwen35.full_attention_interval = 2``, qwen35.cpp:17-22).
 - ``eagle3`` (src/models/eagle3.cpp:3-98): ``eagle3.target_layers`` (exactly 3 ids),
   ``eagle3.target_hidden_size``; ``fc.weight`` [3 * target hidden, n_embd], one decoder layer whose
@@ -21,7 +21,7 @@ What the loader wants, by file (paths in the llama.cpp source tree):
   ``fc.weight`` [len(target_layers) * n_embd, n_embd], ``enc.output_norm``, decoder layers with
   q/k norms; a mask token (``tokenizer.ggml.mask_token_id``, read at speculative.cpp:997).
   DSpark is the same architecture plus the Markov head ``markov_w1`` [rank, n_vocab] and
-  ``markov_w2`` [rank, n_vocab] (dflash.cpp:117-128; the tensor tells the kinds apart,
+  ``markov_w2`` [rank, n_vocab] (dflash.cpp:124-136; the tensor tells the kinds apart,
   common/speculative.cpp:2297-2300).
 - the MTP sidecar (``mtp-*.gguf``, conversion/qwen.py:340-367): the target's architecture and
   block count, ``token_embd``, ``output_norm``, ``output`` and only the NextN block (no trunk:
@@ -307,7 +307,7 @@ def _qwen35_keys(f: GGUFFile, name: str, n_embd: int = N_EMBD) -> None:
 
 
 def _qwen35_mtp_block(f: GGUFFile, rng: _Rng, n_embd: int = N_EMBD) -> None:
-    i = N_LAYER  # the NextN block follows the trunk (qwen35.cpp:119-121)
+    i = N_LAYER  # the NextN block follows the trunk (qwen35.cpp:121-123)
     q_out = HEAD_DIM * N_HEAD * 2
     f.tensor(f"blk.{i}.attn_norm.weight", _ones(n_embd))
     f.tensor(f"blk.{i}.post_attention_norm.weight", _ones(n_embd))

@@ -12,7 +12,7 @@ The kinds (``general.architecture``, src/llama-arch.cpp:145-146, 60):
 - ``eagle3``: an EAGLE-3 head (src/models/eagle3.cpp).  llama-server never infers it from the file
   (common/preset.cpp:371): it needs ``--spec-type draft-eagle3``.
 - ``dflash``: a DFlash drafter, or a DSpark one when it carries the Markov head ``markov_w1.weight``
-  (common/speculative.cpp:2287-2300, ``common_speculative_types_from_gguf``; src/models/dflash.cpp:117).
+  (common/speculative.cpp:2287-2300, ``common_speculative_types_from_gguf``; src/models/dflash.cpp:125).
 - an MTP head: a multi-token-prediction sidecar (``mtp-*.gguf``, conversion/qwen.py:340-367): the
   target's own architecture with ``<arch>.nextn_predict_layers`` > 0 (src/llama-arch.cpp:226, read at
   src/llama-model.cpp:1329) and no trunk layers (``blk.0.attn_norm.weight`` absent, the test
@@ -31,9 +31,9 @@ What llama.cpp checks when the server starts the pair (and what :func:`check_hea
   draft load fails and the server exits) and ``<arch>.target_hidden_size`` (eagle3.cpp:19, required);
   each id at most the target's layer count (speculative.cpp:541-548: a larger one aborts the
   server); the drafter feeds the encoder rows of 3 x the *target's* hidden size (speculative.cpp:507-509)
-  while ``fc`` takes 3 x ``target_hidden_size`` (eagle3.cpp:19-22, 59), and any other width is refused
+  while ``fc`` takes 3 x ``target_hidden_size`` (eagle3.cpp:19-22, 58), and any other width is refused
   at every draft (src/llama-context.cpp:1481); a head without ``token_embd``/``output`` uses the
-  target's (eagle3.cpp:148-155, 290-297), so its hidden size is the target's (else ggml aborts on the
+  target's (eagle3.cpp:164-171, 296-303), so its hidden size is the target's (else ggml aborts on the
   first matrix product).  The vocabulary is not compared at all: a head converted for another
   tokenizer loads and drafts tokens of the wrong ids (its converter copies the target's tokenizer,
   conversion/llama.py:107-111).
@@ -42,7 +42,7 @@ What llama.cpp checks when the server starts the pair (and what :func:`check_hea
   input of layer ``n_layer``: llama-graph.cpp:1384 asserts); the features are ids x the target's hidden
   size (speculative.cpp:975-977) against ids x the drafter's (dflash.cpp:40), so the two hidden sizes
   are equal; the noise block is the mask token (``tokenizer.ggml.mask_token_id``, speculative.cpp:997,
-  1209); DSpark reads ``dflash.block_size`` (dflash.cpp:312-313 asserts).  The vocabulary is not
+  1209); DSpark reads ``dflash.block_size`` (dflash.cpp:311-314 asserts).  The vocabulary is not
   compared (the converter copies the target's tokenizer, conversion/qwen.py:668-701).
 - EAGLE-3 and DFlash read the target's layer inputs (``t_layer_inp``); only the architectures of
   :data:`LAYER_INPUT_ARCHITECTURES` set them, any other target aborts at its first decode
