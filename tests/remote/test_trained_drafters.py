@@ -12,8 +12,9 @@ names and shapes, random weights, Qwen2.5's tokenizer) answer 32 tokens at tempe
 - SpecChat recognised the drafter from its header and ``check_head`` passed it.
 
 And a head llama.cpp refuses (an MTP sidecar of the wrong hidden size: speculative.cpp:1376 aborts;
-an EAGLE-3 head with 2 target layers: eagle3.cpp:9 refuses the load) ends as one ``ServerError``
-line carrying llama.cpp's reason, which ``check_head`` had named before any start.
+an EAGLE-3 head with 2 target layers: eagle3.cpp:9 refuses the load) is refused by ``choose`` before
+any start, with the field ``check_head`` names; started anyway, it ends as one ``ServerError`` line
+carrying llama.cpp's reason.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import pytest
 from helpers.tiny_drafters import KINDS, TinyPair, Tokenizer, write_all, write_eagle3, write_mtp_sidecar
 from specchat.backends.choose import choose
 from specchat.backends.factory import open_backend
-from specchat.backends.remote import RemoteBackend
+from specchat.backends.pairs import PairError
+from specchat.backends.remote import ManagedSpec, RemoteBackend, RemoteConfig
 from specchat.config import AppConfig
 from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, TokensEmitted
@@ -68,9 +70,12 @@ def run(llama_server_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", f"{llama_server_binary.parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
-        def answer(target: Path, draft: Path | None, spec_type: str) -> Answer:
-            config = choose(AppConfig.defaults(), profile, backend=MANAGED, target=target, draft=draft,
-                            spec_type=spec_type, n_ctx=1024, threads=THREADS)
+        def answer(target: Path, draft: Path | None, spec_type: str, *, unchecked: bool = False) -> Answer:
+            """``unchecked``: start the server as asked, past choose's check of the head (llama.cpp's own say)."""
+            config = RemoteConfig.managed_server(ManagedSpec(target, draft, spec_type=spec_type, n_ctx=1024,
+                                                             threads=THREADS)) if unchecked else \
+                choose(AppConfig.defaults(), profile, backend=MANAGED, target=target, draft=draft,
+                       spec_type=spec_type, n_ctx=1024, threads=THREADS)
             backend = open_backend(config, CancelToken())
             assert isinstance(backend, RemoteBackend)
             chunks: list[dict] = []
@@ -138,9 +143,11 @@ def test_a_head_llama_cpp_refuses_is_one_line_with_its_reason(make, target_kind,
     head = make(Tokenizer.from_gguf(qwen_draft), tmp_path)
     target = tiny[target_kind].target
     line = check_head(read_file_header(target), read_file_header(head))
-    assert line is not None and named in line  # SpecChat refuses it before any start
-    with pytest.raises(ServerError) as caught:
+    assert line is not None and named in line
+    with pytest.raises(PairError, match=named):  # the chat's path refuses it before any start
         run(target, head, spec_type)
+    with pytest.raises(ServerError) as caught:  # started anyway: llama.cpp's own reason, in one line
+        run(target, head, spec_type, unchecked=True)
     message = str(caught.value)
     assert llama_says in message and "\n" not in message
     print(f"\n{head.name}: SpecChat: {line}\n  llama-server: {message}")

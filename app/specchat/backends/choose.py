@@ -7,7 +7,8 @@ command line) into the config of one backend, which :func:`.factory.open_backend
   from :func:`.pairs.pair_config`: the settings, the profile, the caller's overrides);
 - ``backend=MANAGED`` (``"llama-server"``): the same pair in a llama-server SpecChat starts
   and stops, drafting with llama.cpp's ``spec_type`` (the trained drafters its Python API
-  cannot reach);
+  cannot reach); a drafter that does not fit the target or the type is refused here, with
+  the field that disagrees (:func:`~specchat.remote.llama_server.spec_type_offers`);
 - anything else: a server of Settings → Servers by name, or a URL.
 
 Every way it cannot is one line: :class:`~.pairs.PairError` for a pair (none chosen, a
@@ -22,7 +23,7 @@ from specchat.config import AppConfig, as_int
 from specchat.errors import UserError
 from specchat.profile import Profile
 from specchat.remote.errors import ServerError
-from specchat.remote.llama_server import MANAGED
+from specchat.remote.llama_server import MANAGED, spec_type_offers
 from specchat.remote.servers import ServerList, servers_file
 from specchat.store import ChatSettings
 
@@ -57,6 +58,10 @@ def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Pa
     if unknown:
         raise TypeError(f"choose: unknown override(s) {sorted(unknown)}")
     checked = pair_config(config, profile, target, draft, **overrides)  # the same checks as a pair here
+    if draft is not None or spec_type not in ("draft-simple", "none"):  # draft-simple with no draft: plain
+        why = spec_type_offers((spec_type,), checked.target, checked.draft).get(spec_type, "")
+        if why:  # a head llama.cpp would refuse, abort on, or silently not draft with: said before it starts
+            raise PairError(f"llama-server --spec-type {spec_type}: {why}")
     n_threads = checked.target_options.n_threads
     gpu_layers = overrides.get("gpu_layers")
     return RemoteConfig.managed_server(ManagedSpec(
