@@ -75,3 +75,36 @@ def test_what_cannot_be_chosen_is_one_line_saying_why(profile, settings, error, 
     with pytest.raises(error, match=words) as caught:
         for_chat(settings, AppConfig.defaults(), profile)
     assert "\n" not in str(caught.value) and isinstance(caught.value, ValueError)  # the answer service's one line
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory, qwen_draft) -> dict[str, Path]:
+    """A tiny qwen3 target, an EAGLE-3 head that fits it and one that does not (tests/helpers/tiny_drafters.py)."""
+    from helpers.tiny_drafters import Tokenizer, write_eagle3, write_qwen3_target
+
+    out = tmp_path_factory.mktemp("heads")
+    tok = Tokenizer.from_gguf(qwen_draft)
+    return {"target": write_qwen3_target(out / "target.gguf", tok, seed=1),
+            "eagle3": write_eagle3(out / "eagle3.gguf", tok, seed=2),
+            "eagle3-two-layers": write_eagle3(out / "eagle3-two.gguf", tok, seed=3, target_layers=(1, 3))}
+
+
+def test_a_trained_head_as_the_draft_runs_the_pair_in_llama_server_with_the_heads_spec_type(profile, heads):
+    """Models → Use this pair with an EAGLE-3 head, or 'specchat chat --draft head.gguf': no setting to find."""
+    from specchat.backends.choose import trained_head_spec
+
+    assert trained_head_spec(heads["eagle3"]) == "draft-eagle3" and trained_head_spec(heads["target"]) == ""
+    assert trained_head_spec(None) == "" and trained_head_spec(Path("/nonexistent.gguf")) == ""
+    chosen = for_chat(ChatSettings(target=heads["target"], draft=heads["eagle3"]), AppConfig.defaults(), profile)
+    assert isinstance(chosen, RemoteConfig) and chosen.managed is not None
+    assert (chosen.managed.draft, chosen.managed.spec_type) == (heads["eagle3"], "draft-eagle3")
+
+
+def test_a_head_that_does_not_fit_is_refused_before_download_and_before_start_with_the_field(profile, heads):
+    from specchat.models.compatibility import check_pair
+
+    assert check_pair(heads["target"], heads["eagle3"])  # what the download's header check says, locally
+    verdict = check_pair(heads["target"], heads["eagle3-two-layers"])
+    assert not verdict and "eagle3.target_layers" in verdict.reason
+    with pytest.raises(PairError, match="eagle3.target_layers has 2 entries"):
+        for_chat(ChatSettings(target=heads["target"], draft=heads["eagle3-two-layers"]), AppConfig.defaults(), profile)

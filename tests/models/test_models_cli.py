@@ -218,6 +218,8 @@ file = "m.gguf"
     ('[[pair]]\nid = 7\ntarget = { repo = "a/b", file = "t.gguf" }\n', "'id' must be text"),
     ('[[model]]\nid = "p"\nrepo = "a/b"\nfile = "t.gguf"\nname = "x\\ny"\n', "one line of printable text"),
     ('pair = "not tables"\n', "'pair' must be a list of tables"),
+    ('[[pair]]\nid = "p"\nspec_type = "draft-magic"\ntarget = { repo = "a/b", file = "t.gguf" }\n',
+     "'spec_type': 'draft-magic' is not one of draft-mtp"),
 ])
 def test_a_wrongly_typed_or_hostile_entry_is_named_and_the_rest_still_lists(profile, entry, needle):
     path = catalog_file(profile)

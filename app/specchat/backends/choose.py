@@ -4,7 +4,9 @@
 command line) into the config of one backend, which :func:`.factory.open_backend` opens:
 
 - ``backend=""``: a pair of models loaded in this process (:class:`~specchat.engine.pair.PairConfig`
-  from :func:`.pairs.pair_config`: the settings, the profile, the caller's overrides);
+  from :func:`.pairs.pair_config`: the settings, the profile, the caller's overrides); but a
+  draft that is a trained head (:func:`trained_head_spec`) makes it the next case, with the
+  head's own ``--spec-type``;
 - ``backend=MANAGED`` (``"llama-server"``): the same pair in a llama-server SpecChat starts
   and stops, drafting with llama.cpp's ``spec_type`` (the trained drafters its Python API
   cannot reach); a drafter that does not fit the target or the type is refused here, with
@@ -21,6 +23,8 @@ from pathlib import Path
 
 from specchat.config import AppConfig, as_int
 from specchat.errors import UserError
+from specchat.models.drafter_heads import drafter_kind
+from specchat.models.gguf_header import GGUFError, read_file_header
 from specchat.profile import Profile
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import MANAGED, spec_type_offers
@@ -38,6 +42,19 @@ class ChoiceError(UserError, ValueError):
     """The backend cannot be chosen as named (an unknown server); one line saying what to do."""
 
 
+def trained_head_spec(draft: Path | None) -> str:
+    """llama-server's ``--spec-type`` for ``draft`` when it is a trained head (MTP, EAGLE-3, DFlash, DSpark):
+    only a llama-server can draft with one, so a chat given one runs there; "" for a draft model, none, or
+    a file whose header cannot be read (the loader says what is wrong with it)."""
+    if draft is None:
+        return ""
+    try:
+        kind = drafter_kind(read_file_header(Path(draft).expanduser()))
+    except (GGUFError, OSError):
+        return ""
+    return kind.spec_type if kind is not None and kind.trained else ""
+
+
 def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Path | None = None,
            draft: Path | None = None, spec_type: str = "draft-simple", no_pair: str = NO_PAIR,
            **overrides: int | None) -> BackendConfig:
@@ -45,6 +62,8 @@ def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Pa
     :data:`~.pairs.OVERRIDES`, None: the config's value) win over the settings for a pair here and for
     a managed llama-server's context and threads; a remote server keeps its own.  ``no_pair``: the
     line when a pair is needed and ``target`` is None, in the caller's words."""
+    if not backend and trained_head_spec(draft):  # a trained head: the pair runs in SpecChat's llama-server
+        backend, spec_type = MANAGED, trained_head_spec(draft)
     if backend and backend != MANAGED:
         try:
             return RemoteConfig(ServerList(servers_file(profile)).resolve(backend))

@@ -60,6 +60,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps({
             "pairs": [{"id": p.id, "name": p.name, "target": p.target.ref, "drafts": [d.ref for d in p.drafts],
                        "size": p.size, "licence": p.licence, "gated": p.gated, "task": p.task, "user": p.user,
+                       "spec_type": p.spec_type, "hardware": p.hardware, "published": p.published,
                        "downloaded": downloaded(p)}
                       for p in pairs],
             "installed": [asdict(m) | {"current": m.is_current()} for m in installed],
@@ -71,6 +72,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {p.id:<20} {_gb(p.size):>8}  {p.name}{mark}")
         if p.gated:
             print(f"  {'':<20} {'':>8}  note: {p.gated}")
+        if p.trained_head:
+            print(f"  {'':<20} {'':>8}  trained head: runs in llama-server (--spec-type {p.spec_type})")
     print("\nInstalled:" if installed else "\nInstalled: none yet")
     for m in installed:
         state = "" if m.is_current() else "  (changed or missing on disk)"

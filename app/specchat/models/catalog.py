@@ -39,6 +39,9 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 NAME_MAX = 200  # characters of a pair's name
 NOTE_MAX = 500  # of a licence or gated note
 DRAFT_MAX_RANGE = (1, 64)
+# llama-server's --spec-type values a catalog pair may name: its drafter is a trained head that only the
+# llama-server SpecChat starts can draft with (models/drafter_heads.py says which from the header)
+SPEC_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
 
 
 class CatalogError(UserError, ValueError):
@@ -123,6 +126,14 @@ class CatalogPair:
     task: str = "chat"
     draft_max: int = 8
     user: bool = False
+    spec_type: str = ""  # "": SpecChat's own loop drafts; else the trained head's --spec-type (llama-server)
+    hardware: str = ""  # what the pair needs, as its model cards say
+    published: str = ""  # the speed-up others measured, and on what
+
+    @property
+    def trained_head(self) -> bool:
+        """Its drafter is a trained head (MTP, EAGLE-3, DFlash, DSpark): it runs in SpecChat's llama-server."""
+        return bool(self.spec_type)
 
     @property
     def size(self) -> int:
@@ -189,7 +200,16 @@ def _pair(raw: dict, at: str, user: bool) -> CatalogPair:
         task=_text(raw, "task", "chat", at, check_task),
         draft_max=_draft_max(raw, at),
         user=user,
+        spec_type=_text(raw, "spec_type", "", at, _check_spec_type),
+        hardware=_text(raw, "hardware", "", at, lambda s: check_line(s, "the hardware note", NOTE_MAX)),
+        published=_text(raw, "published", "", at, lambda s: check_line(s, "the published speed-up", NOTE_MAX)),
     )
+
+
+def _check_spec_type(value: str) -> str:
+    if value and value not in SPEC_TYPES:
+        raise CatalogError(f"{_shown(value)} is not one of {', '.join(SPEC_TYPES)}")
+    return value
 
 
 def _single(raw: dict, at: str, user: bool) -> CatalogPair:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .drafter_heads import check_head, drafter_kind
 from .gguf_header import GGUFHeader, StringArray, validate_file
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
@@ -93,6 +94,18 @@ def check_tokenizers(target: TokenizerInfo, draft: TokenizerInfo) -> PairCompati
     return PairCompatibility(True, f"same tokenizer ({target.model}, {min(nt, nd)} tokens compared)")
 
 
+def check_drafter(target: GGUFHeader, draft: GGUFHeader) -> PairCompatibility:
+    """Can ``draft`` draft for ``target``?  A draft model shares the target's tokenizer
+    (:func:`check_tokenizers`); a trained head (MTP, EAGLE-3, DFlash, DSpark) fits the target as
+    llama.cpp checks it when the server starts the pair (:func:`.drafter_heads.check_head`)."""
+    kind = drafter_kind(draft)
+    if kind is not None and kind.trained:
+        why = check_head(target, draft)
+        return PairCompatibility(why is None, why or f"{kind.label} that fits the target ({kind.spec_type})")
+    return check_tokenizers(TokenizerInfo.from_header(target), TokenizerInfo.from_header(draft))
+
+
 def check_pair(target_path: str | Path, draft_path: str | Path) -> PairCompatibility:
-    """Compare two local GGUF files; raises GGUFError for an unreadable file."""
-    return check_tokenizers(TokenizerInfo.from_file(target_path), TokenizerInfo.from_file(draft_path))
+    """Compare two local GGUF files (:func:`check_drafter`); raises GGUFError for an unreadable or
+    truncated file (its tensor data must all be there)."""
+    return check_drafter(validate_file(target_path), validate_file(draft_path))

@@ -42,7 +42,13 @@ from gguf import GGUF_MAGIC, GGUFValueType
 from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import get_session
 
-from .compatibility import MAX_VOCAB_SIZE_DIFFERENCE, PairCompatibility, TokenizerInfo, check_tokenizers
+from .compatibility import (
+    MAX_VOCAB_SIZE_DIFFERENCE,
+    PairCompatibility,
+    TokenizerInfo,
+    check_drafter,
+    check_tokenizers,
+)
 
 # the header reader's own stream and value readers, so the prefix scan below has the same limits
 from .gguf_header import (
@@ -401,10 +407,11 @@ def check_remote_pair(
     deadline_s: float = HEADER_DEADLINE_S,
     stall_s: float | None = None,
 ) -> tuple[PairCompatibility, int]:
-    """Can ``draft`` serve ``target``?  Decided from the two remote headers; also returns bytes transferred."""
+    """Can ``draft`` serve ``target``?  Decided from the two remote headers; also returns bytes transferred.
+    A draft model must share the target's tokenizer; a trained head (MTP, EAGLE-3, DFlash, DSpark) must fit
+    the target as llama.cpp checks it at load (:func:`~.drafter_heads.check_head`, the field named)."""
     target_header, target_bytes = read_remote_header(target, token=token, cap_bytes=cap_bytes,
                                                      deadline_s=deadline_s, stall_s=stall_s)
     draft_header, draft_bytes = read_remote_header(draft, token=token, cap_bytes=cap_bytes,
                                                    deadline_s=deadline_s, stall_s=stall_s)
-    verdict = check_tokenizers(TokenizerInfo.from_header(target_header), TokenizerInfo.from_header(draft_header))
-    return verdict, target_bytes + draft_bytes
+    return check_drafter(target_header, draft_header), target_bytes + draft_bytes

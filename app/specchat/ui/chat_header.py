@@ -11,6 +11,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QPushButton, QWidget
 
 from specchat.modes import MODES
+from specchat.remote.llama_server import MANAGED
 
 from .fitting import ElidedLabel, FlowRow
 
@@ -90,6 +91,14 @@ class ChatHeader(QWidget):
 
     def _show_backend(self) -> None:
         on_server = bool(self.backend)
+        if self.backend == MANAGED:  # this chat's own pair, in the llama-server SpecChat starts for it
+            self.pair_label.setText(f"{self._pair_text} · llama-server")
+            self.pair_label.setToolTip("SpecChat runs this pair in llama-server (its drafters: MTP, EAGLE-3, "
+                                       "DFlash, ngram-mod…); chat settings choose the drafter")
+            self.pair_button.setToolTip("Choose the target and draft models for this chat")
+            self.speculation.setEnabled(True)  # baseline: plain decoding on the same server, for that answer
+            self.speculation.setToolTip("")
+            return
         self.pair_label.setText(f"on {self.backend}" if on_server else self._pair_text)
         self.pair_label.setToolTip("a server answers this chat (Settings → Servers)" if on_server else "")
         self.pair_button.setToolTip("Choose local models: this chat then runs on this machine" if on_server

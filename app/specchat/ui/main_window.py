@@ -17,9 +17,11 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
 from specchat import __version__
+from specchat.backends.choose import trained_head_spec
 from specchat.chat_commands import ChatCommands
 from specchat.errors import UserError
 from specchat.models.registry import RegistryError
+from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import ServerList, servers_file
 from specchat.services.answers import AnswerNotice
 from specchat.store import ChatSettings, StoreError
@@ -277,9 +279,14 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _pair_chosen(self, target, draft) -> None:
-        """Choosing local models makes the chat run on this machine again."""
-        self.pane.update_settings(target=target, draft=draft, backend="")
-        self.pane.header.set_backend("")
+        """Choosing local models makes the chat run on this machine again: in SpecChat's own loop, or, with
+        a trained head as the draft (MTP, EAGLE-3, DFlash, DSpark), in the llama-server SpecChat starts
+        for it, drafting with the head's own --spec-type."""
+        spec_type = trained_head_spec(draft)
+        backend = MANAGED if spec_type else ""
+        self.pane.update_settings(target=target, draft=draft, backend=backend,
+                                  **({"server_spec_type": spec_type} if spec_type else {}))
+        self.pane.header.set_backend(backend)
 
     def open_models(self, tab: int = 1) -> None:
         dialog = self.models_dialog()

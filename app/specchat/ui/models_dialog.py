@@ -55,12 +55,27 @@ def fit_verdict(pair: CatalogPair, free_vram: int | None, free_ram: int) -> FitV
     return fit_sizes(files, free_vram=free_vram, free_ram=free_ram)
 
 
+def catalog_notes(pair: CatalogPair) -> list[str]:
+    """What a pair's tooltip adds to its files: how it drafts, what it needs, what others measured."""
+    out = []
+    if pair.trained_head:
+        out.append(f"A trained head drafts: SpecChat runs this pair in llama-server (--spec-type {pair.spec_type}; "
+                   "build one with 'specchat servers build', or 'specchat cuda-build' for an NVIDIA GPU)")
+    if pair.hardware:
+        out.append(f"Needs: {pair.hardware}")
+    if pair.published:
+        out.append(f"Published: {pair.published}")
+    return out
+
+
 def recommended(pairs: list[CatalogPair], free_vram: int | None, free_ram: int) -> CatalogPair | None:
-    """The largest pair that fits on the GPU; on a CPU-only machine the smallest pair."""
-    on_gpu = [p for p in pairs if p.drafts and fit_verdict(p, free_vram, free_ram).where == "gpu"]
+    """The largest pair SpecChat's own loop drafts for that fits on the GPU; on a CPU-only machine the
+    smallest.  A pair with a trained head is never the first pick: it needs a llama-server build."""
+    own = [p for p in pairs if p.drafts and not p.trained_head]
+    on_gpu = [p for p in own if fit_verdict(p, free_vram, free_ram).where == "gpu"]
     if on_gpu:
         return max(on_gpu, key=lambda p: p.size)
-    with_draft = [p for p in pairs if p.drafts]
+    with_draft = own
     return min(with_draft, key=lambda p: p.size) if with_draft else None
 
 
@@ -176,7 +191,7 @@ class ModelsDialog(QDialog):
         for row, p in enumerate(self.pairs):
             name = QTableWidgetItem(p.name + ("  ★ recommended" if p is rec else ""))
             name.setData(ROLE, p.id)
-            name.setToolTip("\n".join([p.target.ref, *(d.ref for d in p.drafts)]))
+            name.setToolTip("\n".join([p.target.ref, *(d.ref for d in p.drafts), *catalog_notes(p)]))
             self.catalog.setItem(row, 0, name)
             self.catalog.setItem(row, 1, QTableWidgetItem(human_bytes(p.size)))
             self._set_fit(row, fit_verdict(p, self.free_vram, self.free_ram))  # until the headers are read
