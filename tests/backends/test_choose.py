@@ -108,3 +108,24 @@ def test_a_head_that_does_not_fit_is_refused_before_download_and_before_start_wi
     assert not verdict and "eagle3.target_layers" in verdict.reason
     with pytest.raises(PairError, match="eagle3.target_layers has 2 entries"):
         for_chat(ChatSettings(target=heads["target"], draft=heads["eagle3-two-layers"]), AppConfig.defaults(), profile)
+
+
+def test_a_draft_free_drafter_starts_llama_server_without_the_draft_model(profile, models):
+    """ngram-mod (or none) drafts from the text: the draft model would only take memory."""
+    for spec_type in ("ngram-mod", "none"):
+        chosen = choose(AppConfig.defaults(), profile, backend=MANAGED, target=models[0], draft=models[1],
+                        spec_type=spec_type)
+        assert isinstance(chosen, RemoteConfig) and chosen.managed is not None
+        assert (chosen.managed.draft, chosen.managed.spec_type) == (None, spec_type)
+
+
+def test_the_bench_names_each_managed_llama_server_by_its_drafter():
+    import argparse
+
+    from specchat.cli.servers import server_labels
+
+    args = argparse.Namespace(server=["llama-server:ngram-mod", "box", "llama-server:draft-mtp"],
+                              baseline_server="plain-box")
+    assert server_labels(args) == [("llama-server:ngram-mod", "llama-server:ngram-mod"), ("server-2", "box"),
+                                   ("llama-server:draft-mtp", "llama-server:draft-mtp"),
+                                   ("server-plain", "plain-box")]

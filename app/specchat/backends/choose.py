@@ -83,8 +83,10 @@ def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Pa
             raise PairError(f"llama-server --spec-type {spec_type}: {why}")
     n_threads = checked.target_options.n_threads
     gpu_layers = overrides.get("gpu_layers")
+    # the n-gram types and none draft from the text alone: a draft model would only take memory
+    draft_model = None if spec_type == "none" or spec_type.startswith("ngram") else checked.draft
     return RemoteConfig.managed_server(ManagedSpec(
-        checked.target, checked.draft, spec_type=spec_type, n_ctx=checked.target_options.n_ctx,
+        checked.target, draft_model, spec_type=spec_type, n_ctx=checked.target_options.n_ctx,
         threads=n_threads or None, gpu_layers=None if gpu_layers is None else as_int(gpu_layers),
         log_dir=profile.cache_dir / "llama-server-logs"))
 

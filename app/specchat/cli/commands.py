@@ -144,7 +144,8 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     chat.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     chat.add_argument("--server", metavar="NAME|URL", default=None,
                       help="answer on a server (a name from 'specchat servers list', or a URL) instead of locally; "
-                           "'llama-server': the pair in a llama-server SpecChat starts and stops")
+                           "'llama-server' (or 'llama-server:TYPE'): the pair in a llama-server SpecChat starts "
+                           "and stops")
     chat.add_argument("--spec-type", metavar="TYPE", default=None,
                       help="with --server llama-server: llama.cpp's --spec-type (default draft-simple; "
                            "ngram-mod needs no draft model)")
@@ -172,7 +173,9 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                        help="write this machine's cost profile (from the calibration and the measured rounds)")
     bench.add_argument("--server", metavar="NAME|URL", action="append", default=None,
                        help="also bench this server (the one with the draft), in the same run; repeatable: "
-                            "labelled server, server-2, ...")
+                            "labelled server, server-2, ...; 'llama-server:TYPE' (e.g. llama-server:ngram-mod, "
+                            "llama-server:draft-mtp) runs the pair in a llama-server SpecChat starts, drafting "
+                            "with that --spec-type")
     bench.add_argument("--baseline-server", metavar="NAME|URL", default=None,
                        help="a server with the same model and no draft: the server's plain reference")
     bench.add_argument("--reference", action="store_true",

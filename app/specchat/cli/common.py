@@ -88,7 +88,7 @@ def structured_from_args(args: argparse.Namespace):
 def open_from_args(args: argparse.Namespace, backend: str = ""):
     """The backend the arguments name, open: ``backend`` "" (this machine's pair: --pair, --target/--draft
     or the default pair), ``llama-server`` (that pair in a llama-server SpecChat starts, drafting with
-    ``--spec-type``) or a server's name or URL.  The same choice the window makes for a chat
+    ``--spec-type``; ``llama-server:TYPE`` names the type itself) or a server's name or URL.  The same choice the window makes for a chat
     (:func:`specchat.backends.choose.choose`), opened by the same factory.  A pair is checked to fit
     first (unless ``--no-fit-check``) and remembered as the last pair once it loaded."""
     from specchat.backends.choose import choose
@@ -100,6 +100,9 @@ def open_from_args(args: argparse.Namespace, backend: str = ""):
     from specchat.models.registry import RegistryError
     from specchat.remote.llama_server import MANAGED
 
+    spec_type = getattr(args, "spec_type", None) or "draft-simple"
+    if backend.startswith(MANAGED + ":"):  # llama-server:TYPE, so that one bench can run several drafters
+        backend, spec_type = MANAGED, backend.partition(":")[2]
     overrides = {}
     if backend in ("", MANAGED):
         args.target, args.draft = models_from_args(args)
@@ -107,7 +110,7 @@ def open_from_args(args: argparse.Namespace, backend: str = ""):
                          draft_gpu_layers=args.draft_gpu_layers, k_max=args.k_max)
     try:
         config = choose(args.config, args.profile, backend=backend, target=args.target, draft=args.draft,
-                        spec_type=getattr(args, "spec_type", None) or "draft-simple", **overrides)
+                        spec_type=spec_type, **overrides)
     except (UserError, ConfigError) as exc:
         raise CliError(str(exc)) from None
     if isinstance(config, PairConfig) and not args.no_fit_check:

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specchat.remote.errors import ServerError
+from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import Keychain, ServerConfig, ServerList, servers_file
 
 
@@ -79,6 +80,9 @@ def cmd_servers(args: argparse.Namespace) -> int:
 
         binary = build_llama_server(default_build_root(), accel=args.accel or "cpu", sdist=args.sdist,
                                     log=lambda line: print(line, file=sys.stderr, flush=True))
+        converter = Path(binary).parent.parent / "src" / "convert_hf_to_gguf.py"
+        if converter.is_file():  # the same llama.cpp's converter: EAGLE-3 heads are published as weights
+            print(f"its GGUF converter (EAGLE-3, DFlash heads): {converter}", file=sys.stderr)
         print(binary)
         return 0
     raise ServerError(f"unknown servers command {command!r}")
@@ -113,11 +117,13 @@ def server_events(backend, args: argparse.Namespace, messages: list[dict[str, st
 
 
 def server_labels(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(label, NAME|URL) of every ``--server`` (server, server-2, ...) and ``--baseline-server`` (server-plain)."""
+    """(label, NAME|URL) of every ``--server`` (server, server-2, ...; ``llama-server:TYPE`` as itself) and
+    ``--baseline-server`` (server-plain)."""
     servers = args.server or []
     if isinstance(servers, str):
         servers = [servers]
-    out = [("server" if i == 0 else f"server-{i + 1}", s) for i, s in enumerate(servers)]
+    out = [(s if s.startswith(MANAGED) else "server" if i == 0 else f"server-{i + 1}", s)
+           for i, s in enumerate(servers)]  # a llama-server SpecChat starts is named by its drafter
     return out + ([("server-plain", args.baseline_server)] if args.baseline_server else [])
 
 
