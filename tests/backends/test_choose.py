@@ -46,11 +46,11 @@ def test_the_command_line_overrides_win_over_the_settings_and_are_checked(profil
 
 
 def test_a_managed_llama_server_gets_the_chats_pair_its_drafter_and_the_context(profile, models):
-    settings = ChatSettings(target=models[0], draft=models[1], backend=MANAGED, server_spec_type="ngram-mod")
+    settings = ChatSettings(target=models[0], draft=models[1], backend=MANAGED, server_spec_type="draft-simple")
     chosen = for_chat(settings, AppConfig.defaults(), profile)
     assert isinstance(chosen, RemoteConfig) and chosen.managed is not None
     spec = chosen.managed
-    assert (spec.target, spec.draft, spec.spec_type) == (*models, "ngram-mod")
+    assert (spec.target, spec.draft, spec.spec_type) == (*models, "draft-simple")
     assert spec.n_ctx == AppConfig.defaults()["n_ctx"] and spec.log_dir == profile.cache_dir / "llama-server-logs"
     cli = choose(AppConfig.defaults(), profile, backend=MANAGED, target=models[0], n_ctx=1024, gpu_layers=0)
     assert isinstance(cli, RemoteConfig) and cli.managed is not None
