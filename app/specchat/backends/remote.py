@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
-from specchat.engine.events import Done
+from specchat.engine.events import Done, Fallback
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
+from specchat.engine.settings import Mode
 from specchat.remote.chat import Cancel, stream_answer
 from specchat.remote.client import Capabilities, ServerClient
 from specchat.remote.errors import ServerError
@@ -143,15 +144,39 @@ class RemoteBackend:
 
     def answer(self, request: AnswerRequest, cancel: Cancel, *, mode: str = "",
                observe: Callable[[dict], None] | None = None) -> Iterator[AnswerEvent]:
-        """``Started``, then the server's answer as engine events, its text split (``request.mode`` is
-        the local loop's: a server drafts as it was started).  ``observe`` sees every chunk as sent."""
+        """``Started``, then the server's answer as engine events, its text split.  ``observe`` sees every
+        chunk as sent.  ``request.mode`` is the local loop's: a server drafts as it was started, and an
+        answer asked as baseline of one that drafts says so (:meth:`baseline_note`) rather than pass for plain."""
         yield Started(0, False)
+        note = self.baseline_note(request.mode)
+        if note is not None:
+            yield note
         structured = request.sampling.structured.kind
         for ev in split_answer(stream_answer(self.client, self.caps, request, cancel, mode=mode or self.mode_label,
                                              observe=observe)):
-            if isinstance(ev, Done) and structured:  # the server was held to the chat's schema or grammar
-                ev = replace(ev, stats=replace(ev.stats, structured=structured))
+            if isinstance(ev, Done):
+                stats = ev.stats
+                if structured:  # the server was held to the chat's schema or grammar
+                    stats = replace(stats, structured=structured)
+                if note is not None:  # the footer's stats line says why this "baseline" answer drafted
+                    stats = replace(stats, fallbacks=(*stats.fallbacks, note.reason), notes=(*stats.notes, note.brief))
+                ev = replace(ev, stats=stats)
             yield ev
+
+    def baseline_note(self, mode: Mode) -> Fallback | None:
+        """The note a baseline answer of a drafting server gets.  A server drafts as it was started:
+        llama-server takes no per-request off switch (its ``speculative.*`` request fields are compiled out,
+        tools/server/server-schema.cpp:198, and a slot's draft length is the room left in its context and
+        max_tokens, server-context.cpp:453), so the answer still drafts and its mode label stays "+draft".
+        None for any other mode, or a server that does not draft (or does not say)."""
+        if mode is not Mode.BASELINE or not self.caps.speculative:
+            return None
+        how = f" ({self.caps.speculation})" if self.caps.speculation else ""
+        fix = ("set the chat's llama.cpp drafter to 'none'" if self._process is not None
+               else "start the server without a drafter")
+        return Fallback(f"speculation stays on: {self.caps.engine} drafts as it was started{how} and cannot turn "
+                        f"drafting off for one answer; for plain decoding, {fix}",
+                        permanent=True, brief="the server drafts: speculation cannot be turned off per answer")
 
     @property
     def mode_label(self) -> str:
