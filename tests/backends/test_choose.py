@@ -129,3 +129,19 @@ def test_the_bench_names_each_managed_llama_server_by_its_drafter():
     assert server_labels(args) == [("llama-server:ngram-mod", "llama-server:ngram-mod"), ("server-2", "box"),
                                    ("llama-server:draft-mtp", "llama-server:draft-mtp"),
                                    ("server-plain", "plain-box")]
+
+
+def test_speculation_off_on_spechats_llama_server_is_that_server_without_its_drafter(profile, models, heads):
+    """llama-server reads no per-request switch: plain decoding is the same build restarted with --spec-type none
+    (a changed config: the answer service restarts it), and on again restarts it with the drafter."""
+    on = ChatSettings(target=models[0], draft=models[1], backend=MANAGED, server_spec_type="draft-simple")
+    off = for_chat(on.replaced(speculation="baseline"), AppConfig.defaults(), profile)
+    assert isinstance(off, RemoteConfig) and off.managed is not None
+    assert (off.managed.spec_type, off.managed.draft) == ("none", None)
+    assert off != for_chat(on, AppConfig.defaults(), profile)
+    head = ChatSettings(target=heads["target"], draft=heads["eagle3"], speculation="baseline")
+    plain = for_chat(head, AppConfig.defaults(), profile)
+    assert isinstance(plain, RemoteConfig) and plain.managed is not None and plain.managed.spec_type == "none"
+    local = for_chat(ChatSettings(target=models[0], draft=models[1], speculation="baseline"), AppConfig.defaults(),
+                     profile)
+    assert not isinstance(local, RemoteConfig)  # SpecChat's own loop switches per answer, no restart

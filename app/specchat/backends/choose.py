@@ -92,6 +92,14 @@ def choose(config: AppConfig, profile: Profile, *, backend: str = "", target: Pa
 
 
 def for_chat(settings: ChatSettings, config: AppConfig, profile: Profile) -> BackendConfig:
-    """The backend a chat's settings ask for, with this app's settings: :func:`choose`, as the window calls it."""
-    return choose(config, profile, backend=settings.backend, target=settings.target, draft=settings.draft,
-                  spec_type=settings.server_spec_type)
+    """The backend a chat's settings ask for, with this app's settings: :func:`choose`, as the window calls it.
+
+    A chat on SpecChat's own llama-server with its speculation switch off gets that server with no drafter
+    (``--spec-type none``): llama-server drafts as it was started and no request can turn it off
+    (tools/server/server-schema.cpp:198-227 reads no per-request speculative field), so plain decoding
+    is a restart of the same build without the head, and on again is a restart with it."""
+    backend, target, draft = settings.backend, settings.target, settings.draft
+    spec_type = settings.server_spec_type
+    if settings.speculation == "baseline" and (backend == MANAGED or (not backend and trained_head_spec(draft))):
+        backend, spec_type = MANAGED, "none"
+    return choose(config, profile, backend=backend, target=target, draft=draft, spec_type=spec_type)

@@ -96,8 +96,9 @@ class ChatHeader(QWidget):
             self.pair_label.setToolTip("SpecChat runs this pair in llama-server (its drafters: MTP, EAGLE-3, "
                                        "DFlash, ngram-mod…); chat settings choose the drafter")
             self.pair_button.setToolTip("Choose the target and draft models for this chat")
-            self.speculation.setEnabled(True)  # baseline: plain decoding on the same server, for that answer
-            self.speculation.setToolTip("")
+            self.speculation.setEnabled(True)
+            self.speculation.setToolTip("baseline restarts llama-server without its drafter (plain decoding); "
+                                        "another mode restarts it with the drafter of the chat's settings")
             return
         self.pair_label.setText(f"on {self.backend}" if on_server else self._pair_text)
         self.pair_label.setToolTip("a server answers this chat (Settings → Servers)" if on_server else "")
