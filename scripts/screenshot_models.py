@@ -97,8 +97,10 @@ def main() -> int:
     target = test_models.ensure("qwen-1.5b")
     for name in ("qwen-1.5b", "qwen-0.5b", "gemma-270m", "smollm2-135m"):
         registry.add(test_models.ensure(name))
-    downloads, hub = DownloadService(), HubTasks()
-    dialog = ModelsDialog(registry, downloads, hub)
+    from specchat.workers.tasks import TaskRunner
+
+    downloads, hub, tasks = DownloadService(), HubTasks(), TaskRunner()
+    dialog = ModelsDialog(registry, downloads, hub, tasks=tasks)
     dialog.resize(1000, 560)
     dialog.show()
     dialog.tabs.setCurrentIndex(1)
@@ -132,6 +134,7 @@ def main() -> int:
     dialog.close()
     hub.shutdown()
     downloads.shutdown()
+    tasks.shutdown()
     if server is not None:
         server.stop()
     del dialog
