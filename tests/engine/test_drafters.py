@@ -63,3 +63,48 @@ def test_indexing_the_prompt_ahead_changes_no_proposal():
         assert ahead.propose(history, 8) == plain.propose(history, 8)
         assert ahead.last_match == plain.last_match
         history += rng.integers(6, size=3).tolist()
+
+
+def _answer(drafter: PromptLookupDrafter, prompt: list[int], answer: list[int]) -> list[list[int]]:
+    """One answer as the loop runs it: start, the prompt indexed, a proposal after every token."""
+    drafter.start()
+    drafter.prefill(prompt)
+    return [drafter.propose(prompt + answer[: i + 1], 8) for i in range(len(answer))]
+
+
+def test_lookup_copies_the_answer_before_when_a_prompt_is_asked_again():
+    """Regenerate (or a prompt asked again): the last answer is not in the new context, and llama.cpp's
+    ngram-mod drafts it from its memory across requests; prompt lookup does too now."""
+    prompt, answer = [1, 2, 3, 4, 5], list(range(100, 160))
+    drafter = PromptLookupDrafter(3, k_max=8)
+    first = _answer(drafter, prompt, answer)
+    assert not any(first[:20])  # nothing in the prompt to copy from
+    again = _answer(drafter, prompt, answer)
+    assert again[2] == answer[3:11]
+    assert all(p == answer[i + 1: i + 9] for i, p in enumerate(again[2:-1], start=2))
+    drafter.start()
+    assert drafter.propose(prompt + answer[:10], 8) == answer[10:18] and drafter.last_match >= 10  # the evidence
+    fresh = PromptLookupDrafter(3, k_max=8)
+    assert _answer(fresh, prompt, answer) == first  # the first answer of a drafter is as before
+
+
+def test_the_current_context_wins_over_the_memory_at_equal_length():
+    drafter = PromptLookupDrafter(2, k_max=4)
+    _answer(drafter, [7, 8], [1, 2, 50, 51, 52, 53])  # remembered: 1 2 -> 50 51 ...
+    drafter.start()
+    assert drafter.propose([1, 2, 60, 61, 62, 9, 1, 2], 4) == [60, 61, 62, 9]  # the same 2-gram here
+
+
+def test_the_memory_is_bounded_in_answers_and_tokens():
+    from specchat.engine.drafters import PAST_ANSWERS, PAST_TOKENS
+
+    drafter = PromptLookupDrafter(3, k_max=8)
+    for i in range(PAST_ANSWERS + 5):
+        _answer(drafter, [i, i + 1], list(range(1000 * i, 1000 * i + 50)))
+    drafter.start()
+    assert len(drafter._past) == PAST_ANSWERS
+    long = list(range(PAST_TOKENS + 10))
+    _answer(drafter, [1], long[:5])
+    drafter.index(long)  # a context longer than the whole budget: kept alone, as the newest
+    drafter.start()
+    assert len(drafter._past) == 1 and len(drafter._past[0][0]) > PAST_TOKENS

@@ -18,6 +18,7 @@ and its :class:`~.drafting.DrafterKind`, plus one line in :data:`DRAFTERS` (and 
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
 
@@ -37,6 +38,10 @@ from .settings import ControllerSettings, Drafter
 from .shapes import CATCH_UP_ONE_BY_ONE
 
 MATCH_CAP = 32  # prompt lookup measures a match's length up to this many tokens
+# Prompt lookup also copies from the contexts of the answers before this one (llama.cpp's ngram-mod keeps
+# such a pool across requests): Regenerate, a prompt asked again, an answer that quotes another chat's.
+PAST_ANSWERS = 8  # at most this many earlier contexts
+PAST_TOKENS = 16_384  # and this many tokens of them in all (the newest is kept whatever its length)
 
 
 class ModelDrafter:
@@ -163,6 +168,12 @@ class PromptLookupDrafter:
     is copied from (up to :data:`MATCH_CAP`): the evidence that this is a copy.  On the builtin
     suite's Qwen trace, proposals behind a 1-token match were accepted for 0.3-0.9 tokens on
     average, behind 8 or more on an edit or a summary for 8.5 of 16.
+
+    It remembers: :meth:`start` keeps the finished answer's context and its index (no copy, no
+    re-indexing) among the last :data:`PAST_ANSWERS` (:data:`PAST_TOKENS` in all), and a round
+    whose tail matches an earlier context by a longer n-gram than the current one copies from there.
+    On this project's CPU, llama.cpp's ngram-mod drafted a repeated prompt's answer whole from such a
+    memory (2.5x on the repeat, docs/benchmarks.md); the trace's lookup columns stay per answer.
     """
 
     name = Drafter.LOOKUP
@@ -176,6 +187,7 @@ class PromptLookupDrafter:
         self._proposal: list[int] = []  # the last offer's tokens
         self._tokens: list[int] = []
         self._first: list[dict[tuple[int, ...], int]] = []  # [n - 1]: n-gram -> where it first starts
+        self._past: collections.deque[tuple[list[int], list[dict[tuple[int, ...], int]]]] = collections.deque()
         self.reset()
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
@@ -212,24 +224,45 @@ class PromptLookupDrafter:
             for n in range(1, min(self.max_ngram, end) + 1):
                 first[n - 1].setdefault(tuple(toks[end - n : end]), end - n)
 
+    def remember(self) -> None:
+        """Keep the context seen so far (a finished answer's prompt and answer) for the answers after it."""
+        if len(self._tokens) > 1:
+            self._past.appendleft((self._tokens, self._first))  # reset() starts new lists: these stay as they are
+            total = sum(len(t) for t, _ in self._past)
+            while len(self._past) > 1 and (len(self._past) > PAST_ANSWERS or total > PAST_TOKENS):
+                total -= len(self._past.pop()[0])
+
     def _match(self, k: int) -> list[int]:
         toks = self._tokens
         size = len(toks)
         self.last_match = 0
+        found = 0, toks, 0  # n, the tokens copied from, where the n-gram starts there
         for n in range(min(self.max_ngram, size - 1), 0, -1):
             at = self._first[n - 1].get(tuple(toks[size - n :]))
             # the earliest occurrence; when that is the context's own tail, there is no other
             if at is not None and at + n < size:
-                agree = n  # how far back the two places agree: at most MATCH_CAP comparisons
-                while agree < MATCH_CAP and at - (agree - n) > 0 and toks[at + n - agree - 1] == toks[size - agree - 1]:
-                    agree += 1
-                self.last_match = agree
-                return toks[at + n : at + n + k]
-        return []
+                found = n, toks, at
+                break
+        for past, first in self._past:  # an earlier answer's context, where it matches by a longer n-gram
+            for n in range(min(self.max_ngram, size), found[0], -1):
+                at = first[n - 1].get(tuple(toks[size - n :]))
+                if at is not None and at + n < len(past):
+                    found = n, past, at
+                    break
+        n, source, at = found
+        if not n:
+            return []
+        agree = n  # how far back the two places agree: at most MATCH_CAP comparisons
+        while agree < MATCH_CAP and at - (agree - n) > 0 and agree < size and \
+                source[at + n - agree - 1] == toks[size - agree - 1]:
+            agree += 1
+        self.last_match = agree
+        return source[at + n : at + n + k]
 
     # -- as a LiveDrafter (drafting.py) ------------------------------------------------------
 
     def start(self) -> None:
+        self.remember()
         self.reset()
 
     def prefill(self, prompt: list[int]) -> None:
