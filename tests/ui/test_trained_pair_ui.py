@@ -21,3 +21,36 @@ def test_using_a_pair_with_a_trained_head_runs_the_chat_in_llama_server(qtbot, f
     assert w.pane.header.speculation.isEnabled()  # speculation off is plain decoding on the same server
     w._pair_chosen(*app.model_files())  # an ordinary pair: SpecChat's own loop again
     assert w.pane.settings().backend == "" and not w.pane.header.pair_label.text().endswith("llama-server")
+
+
+def test_the_library_names_an_installed_head_and_offers_it_for_its_target(tmp_path, qwen_draft):
+    from specchat.models.registry import Registry
+    from specchat.ui.models_dialog import library_text
+
+    tok = Tokenizer.from_gguf(qwen_draft)
+    target = write_qwen3_target(tmp_path / "target.gguf", tok, seed=1)
+    head = write_eagle3(tmp_path / "eagle3-target.gguf", tok, seed=2)
+    registry = Registry(tmp_path / "registry.json")
+    t, h = registry.add(target), registry.add(head)
+    assert (t.drafter, h.drafter) == ("", "draft-eagle3")
+    assert "trained head: drafts with llama-server --spec-type draft-eagle3" in library_text(h)
+    assert "trained head" not in library_text(t)
+    assert Registry(tmp_path / "registry.json").models()  # the new field reads back
+
+
+def test_a_pair_verdict_cached_by_the_tokenizer_rule_is_checked_again_by_the_head_rule(tmp_path, qwen_draft):
+    import json
+
+    from specchat.models.registry import Registry
+
+    tok = Tokenizer.from_gguf(qwen_draft)
+    target = write_qwen3_target(tmp_path / "target.gguf", tok, seed=1)
+    head = write_eagle3(tmp_path / "eagle3-target.gguf", tok, seed=2)
+    registry = Registry(tmp_path / "registry.json")
+    assert registry.compatibility(target, head)  # checked as a head, and cached with its rule
+    doc = json.loads((tmp_path / "registry.json").read_text())
+    (entry,) = doc["pairs"].values()
+    entry.pop("rule")  # as an older SpecChat cached it
+    entry["compatible"], entry["reason"] = False, "tokenizer type differs"
+    (tmp_path / "registry.json").write_text(json.dumps(doc))
+    assert Registry(tmp_path / "registry.json").compatibility(target, head)  # not the stale verdict

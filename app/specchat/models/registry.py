@@ -36,6 +36,7 @@ from specchat.profile import Profile
 
 from .catalog import CatalogModel
 from .compatibility import PairCompatibility, check_pair
+from .drafter_heads import drafter_kind
 from .fit import SPLIT_NAME, read_split, split_part_name
 from .gguf_header import GGUFError, GGUFHeader
 
@@ -64,6 +65,9 @@ class InstalledModel:
     context_length: int = 0  # the context the model was trained for (tokens)
     quant: str = ""  # "Q4_K_M", "Q8_0", ... from general.file_type, else from the file name
     total_size: int = 0  # bytes of every part of a split model (size is the first part's)
+    # a trained drafter's --spec-type ("draft-mtp", "draft-eagle3", ...: models/drafter_heads.py), "" for a
+    # model that answers on its own, or in a record written before issue 34 (unknown)
+    drafter: str = ""
 
     def is_current(self) -> bool:
         try:
@@ -120,8 +124,11 @@ class RebuildReport:
                 f"{self.missing} missing, {self.invalid} no longer valid GGUF files")
 
 
+# the rule a cached pair verdict was reached by: 2 checks a trained head as llama.cpp does (issue 34),
+# where 1 (no "rule" field) compared tokenizers only; a verdict of another rule is checked again
+PAIR_RULE = 2
 _FIELD_NAMES = tuple(f.name for f in fields(InstalledModel))
-_OPTIONAL = {"source", "added", "context_length", "quant", "total_size"}  # absent from older records
+_OPTIONAL = {"source", "added", "context_length", "quant", "total_size", "drafter"}  # absent from older records
 _REQUIRED = set(_FIELD_NAMES) - _OPTIONAL
 
 
@@ -161,6 +168,7 @@ def _model_error(key: str, m: object) -> str | None:
         "context_length": _is_int(m.get("context_length", 0)) and m.get("context_length", 0) >= 0,
         "quant": isinstance(m.get("quant", ""), str),
         "total_size": _is_int(m.get("total_size", 0)) and m.get("total_size", 0) >= 0,
+        "drafter": isinstance(m.get("drafter", ""), str),
     }
     bad = [name for name, ok in checks.items() if not ok]
     # other fields (a later 1.x may add some) are kept as they are and never read
@@ -295,7 +303,17 @@ def _record(path: Path, *, source: str, added: float) -> dict:
         n_vocab=len(header.get_tokens()), source=source, added=added,
         context_length=max(0, _int(header, f"{header.architecture}.context_length", 1, 1 << 40)),
         quant=_quant(header, PurePosixPath(source).name if source else path.name), total_size=total,
+        drafter=_drafter(header),
     ))
+
+
+def _drafter(header: GGUFHeader) -> str:
+    """The --spec-type of a trained head (it only drafts), else ""."""
+    try:
+        kind = drafter_kind(header)
+    except GGUFError:
+        return ""
+    return kind.spec_type if kind is not None and kind.trained else ""
 
 
 # llama.cpp's llama_ftype: what general.file_type says the weights mostly are
@@ -649,12 +667,12 @@ class Registry:
         self._refresh()
         cached = self._doc.get("pairs", {}).get(key)
         stamps = self._stamps_now({"target": t, "draft": d})
-        if cached and stamps and cached["stamps"] == stamps:
+        if cached and stamps and cached["stamps"] == stamps and cached.get("rule") == PAIR_RULE:
             return PairCompatibility(cached["compatible"], cached["reason"])
         verdict = check_pair(t, d)
         if stamps:
             entry = {"target": t, "draft": d, "compatible": verdict.compatible, "reason": verdict.reason,
-                     "stamps": stamps}
+                     "stamps": stamps, "rule": PAIR_RULE}
 
             def change(doc: dict) -> None:
                 doc["pairs"][key] = entry

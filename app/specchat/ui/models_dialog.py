@@ -91,7 +91,8 @@ def library_text(m: InstalledModel) -> str:
     """Two lines: the file's stem (never the header's general.name, which may name another build),
     then quantisation, size, context length, architecture and folder."""
     context = f"{m.context_length:,} ctx" if m.context_length else "context ?"
-    details = " · ".join([m.quant or "quant ?", human_bytes(m.bytes), context, m.architecture, m.folder])
+    kind = [f"trained head: drafts with llama-server --spec-type {m.drafter}"] if m.drafter else []
+    details = " · ".join([m.quant or "quant ?", human_bytes(m.bytes), context, m.architecture, *kind, m.folder])
     return f"{m.display_name}{'' if m.is_current() else '  — missing'}\n{details}"
 
 
