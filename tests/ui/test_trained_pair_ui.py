@@ -54,3 +54,18 @@ def test_a_pair_verdict_cached_by_the_tokenizer_rule_is_checked_again_by_the_hea
     entry["compatible"], entry["reason"] = False, "tokenizer type differs"
     (tmp_path / "registry.json").write_text(json.dumps(doc))
     assert Registry(tmp_path / "registry.json").compatibility(target, head)  # not the stale verdict
+
+
+def test_the_fit_estimate_counts_a_heads_own_blocks_not_its_targets(tmp_path, qwen_draft):
+    """An MTP sidecar keeps its target's block_count: counted as the target's, its KV cache was the
+    target's again (a 27B pair would look twice its size in cache)."""
+    from helpers.tiny_drafters import write_mtp_sidecar, write_qwen35_mtp_target
+    from specchat.models.fit import model_facts
+    from specchat.models.gguf_header import read_file_header
+
+    tok = Tokenizer.from_gguf(qwen_draft)
+    target = read_file_header(write_qwen35_mtp_target(tmp_path / "t.gguf", tok, seed=1))
+    sidecar = read_file_header(write_mtp_sidecar(tmp_path / "mtp-t.gguf", tok, seed=2))
+    assert sidecar.arch_int("block_count", 0) == target.arch_int("block_count", 0)
+    blocks = {t.name.split(".")[1] for t in sidecar.tensors if t.name.startswith("blk.")}
+    assert model_facts(sidecar).n_layers == len(blocks) < model_facts(target).n_layers

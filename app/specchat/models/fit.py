@@ -30,6 +30,7 @@ from gguf import GGMLQuantizationType
 
 from specchat.errors import UserError
 
+from .drafter_heads import GEMMA4_ASSISTANT_ARCH, drafter_kind
 from .gguf_header import GGUFError, GGUFHeader, validate_file
 
 GIB = 1024**3
@@ -93,6 +94,14 @@ class ModelFacts:
     repack: int
 
 
+def _trained_head(header: GGUFHeader) -> bool:
+    try:
+        kind = drafter_kind(header)
+    except GGUFError:
+        return False
+    return kind is not None and kind.trained
+
+
 def model_facts(header: GGUFHeader) -> ModelFacts:
     """The estimate's inputs from a header.  GGUFError (naming the file and the key) for a
     hyper-parameter of the wrong type or out of range."""
@@ -114,6 +123,10 @@ def model_facts(header: GGUFHeader) -> ModelFacts:
         if len(t.shape) == 2 and t.name != "token_embd.weight" and t.type in REPACKED_TYPES:
             repack += t.n_bytes
     per_layer = sum(layers.values()) // len(layers) if layers else 0
+    if _trained_head(header):
+        # a trained head's block_count is its target's (an MTP sidecar keeps the target's numbering): its
+        # weights and KV cache are the blocks it carries; Gemma 4's assistant reads the target's KV cache
+        n_layers = 0 if header.architecture == GEMMA4_ASSISTANT_ARCH else len(layers)
     general_name = header.get("general.name")
     name = general_name[:200] if isinstance(general_name, str) and general_name else "model"
     return ModelFacts(name, n_layers, n_embd, n_head, n_head_kv, head_k, head_v, n_ff, n_vocab,
