@@ -22,6 +22,7 @@ from specchat.engine.pair import PairConfig, SpeculativePair
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
 from specchat.engine.runtime import LlamaError, LoadCancelled, backend_info
+from specchat.errors import UserError
 from specchat.models.fit import estimate_files
 from specchat.models.gguf_header import GGUFError
 from specchat.telemetry.samplers import estimated_shares
@@ -97,6 +98,9 @@ class LocalBackend:
         under truncate-middle), and the turns after a cut by a context shift where the model can
         shift (:meth:`~specchat.engine.runtime.LoadedModel.keep_prefix`), else prefilled again."""
         budget = self.pair.target.n_ctx - reserve(self.pair.target.n_ctx, request.max_tokens)
+        if request.prompt:
+            yield from self._complete(request, budget, cancel)
+            return
         try:
             fitted = fit_messages(
                 request.messages, request.context_policy, budget,
@@ -112,6 +116,19 @@ class LocalBackend:
         yield from split_answer(self.pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                                    max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),
                                 prompt.starts_in_reasoning)
+
+    def _complete(self, request: AnswerRequest, budget: int, cancel: CancelToken) -> Iterator[AnswerEvent]:
+        """A raw prompt, no template: the text as it is, with the model's start token."""
+        tokens = self.pair.target.tokenize(request.prompt, add_special=True, parse_special=False)
+        if len(tokens) > budget:
+            raise UserError(f"the prompt is {len(tokens)} tokens; this context ({self.pair.target.n_ctx}) leaves "
+                            f"{budget} for it with {request.max_tokens} to answer")
+        if request.controller is not None:
+            self.pair.retune(request.controller)
+        yield Started(len(tokens), False)
+        yield from split_answer(self.pair.generate(tokens, mode=request.mode, sampling=request.sampling,
+                                                   max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),
+                                False)
 
     def close(self) -> None:
         self.pair.close()

@@ -22,6 +22,7 @@ from specchat.engine.events import Done, Fallback
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
 from specchat.engine.settings import Mode
+from specchat.errors import UserError
 from specchat.remote.chat import Cancel, stream_answer
 from specchat.remote.client import Capabilities, ServerClient
 from specchat.remote.errors import ServerError
@@ -147,6 +148,8 @@ class RemoteBackend:
         """``Started``, then the server's answer as engine events, its text split.  ``observe`` sees every
         chunk as sent.  ``request.mode`` is the local loop's: a server drafts as it was started, and an
         answer asked as baseline of one that drafts says so (:meth:`baseline_note`) rather than pass for plain."""
+        if request.prompt:
+            raise UserError("a raw prompt (no chat template) needs a pair loaded by SpecChat, not a server")
         yield Started(0, False)
         note = self.baseline_note(request.mode)
         if note is not None:

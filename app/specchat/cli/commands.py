@@ -239,6 +239,9 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
 
     add_server_parsers(sub)
     add_cuda_parsers(sub)
+    from specchat.cli.serve import add_parser as add_serve_parser
+
+    add_serve_parser(sub, config, _add_model_args, MENU_NAMES)
     cfg = sub.add_parser("config", help="show the settings in force and where they come from")
     cfg.add_argument("--example", action="store_true", help="print every setting with its default, as TOML")
     add = msub.add_parser("add", help="add your own pair (or single model) to the catalog")
@@ -436,6 +439,10 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
             from specchat.cli.simulate import cmd_simulate
 
             return cmd_simulate(args)
+        if args.command == "serve":
+            from specchat.cli.serve import cmd_serve
+
+            return cmd_serve(args)
         if args.command == "cuda-build":
             from specchat.cli.cuda import cmd_cuda_build
 

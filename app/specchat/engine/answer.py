@@ -33,6 +33,9 @@ class AnswerRequest:
     # local: what is sent once the chat outgrows the context (the oldest turns left out, or not: STOP);
     # a server keeps its own context and gets every message
     context_policy: ContextPolicy = ContextPolicy.STOP
+    # a raw prompt instead of ``messages`` through the chat template (the API's /v1/completions);
+    # a local pair only: a server backend refuses it
+    prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
