@@ -118,8 +118,9 @@ class LocalBackend:
                                 prompt.starts_in_reasoning)
 
     def _complete(self, request: AnswerRequest, budget: int, cancel: CancelToken) -> Iterator[AnswerEvent]:
-        """A raw prompt, no template: the text as it is, with the model's start token."""
-        tokens = self.pair.target.tokenize(request.prompt, add_special=True, parse_special=False)
+        """A raw prompt, no template: the text as it is (special tokens written out are read as such, as
+        llama-server reads them), with the model's start token."""
+        tokens = self.pair.target.tokenize(request.prompt, add_special=True, parse_special=True)
         if len(tokens) > budget:
             raise UserError(f"the prompt is {len(tokens)} tokens; this context ({self.pair.target.n_ctx}) leaves "
                             f"{budget} for it with {request.max_tokens} to answer")

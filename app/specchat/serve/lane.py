@@ -128,7 +128,8 @@ class BackendLane:
                 continue
             if job is None:
                 break
-            answer_into(self.backend, *job)
+            request, deliver, cancel = job
+            answer_into(self.backend, request, cancel, deliver)
         self.close()
 
     def close(self) -> None:
