@@ -42,6 +42,30 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         raise CliError(f"{self.prog}: {message}")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, and every text value of this parser's arguments is checked to be UTF-8."""
+        parsed, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            _check_text(action, getattr(parsed, action.dest, None))
+        return parsed, rest
+
+
+def _check_text(action: argparse.Action, value: object) -> None:
+    """CliError naming the argument when ``value`` (a str, or a list of them) is not UTF-8 text.
+
+    Python hands over argv bytes that are not UTF-8 (a Latin-1 terminal) as lone surrogates, which
+    no model, server or file can take.  Paths are left alone: a file name is bytes to the OS."""
+    for text in value if isinstance(value, list) else [value]:
+        if not isinstance(text, str):
+            continue
+        bad = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+        if bad is not None:
+            name = action.option_strings[-1] if action.option_strings else action.metavar or action.dest
+            code = ord(text[bad])
+            byte = f" (byte 0x{code - 0xDC00:02x})" if 0xDC80 <= code <= 0xDCFF else ""
+            raise CliError(f"{name}: not valid UTF-8 text at character {bad + 1}{byte}; "
+                           "set the terminal to UTF-8 or convert the text")
+
 
 def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     """An argparse type: a whole number in lo..hi (a huge --ctx must be refused here, not overflow later)."""
