@@ -25,6 +25,8 @@ from specchat.serve.http import Api, ApiServer, Limits
 from specchat.serve.lane import BackendLane
 
 HELLO = [{"role": "user", "content": "hello there"}]
+SPEC = FakeSpec()
+LIMITS = Limits()
 
 
 class Recording:
@@ -49,8 +51,8 @@ class Recording:
 
 
 class Served:
-    def __init__(self, spec: FakeSpec = FakeSpec(), *, key: str = "", waiting: int = 8,
-                 limits: Limits = Limits(), mode: Mode = Mode.AUTO) -> None:
+    def __init__(self, spec: FakeSpec = SPEC, *, key: str = "", waiting: int = 8,
+                 limits: Limits = LIMITS, mode: Mode = Mode.AUTO) -> None:
         pair = fake_pair(PairConfig(Path("target.gguf"), Path("draft.gguf")), spec)
         self.backend = Recording(LocalBackend(pair))
         self.lane = BackendLane(self.backend, mode=mode, waiting=waiting)  # type: ignore[arg-type]
@@ -78,7 +80,7 @@ class Served:
         return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=30)
 
 
-def direct_text(spec: FakeSpec = FakeSpec(), messages=HELLO, mode: Mode = Mode.AUTO) -> str:
+def direct_text(spec: FakeSpec = SPEC, messages=HELLO, mode: Mode = Mode.AUTO) -> str:
     """What the same pair answers without the server (as ``specchat chat`` gets it)."""
     backend = LocalBackend(fake_pair(PairConfig(Path("target.gguf"), Path("draft.gguf")), spec))
     try:
@@ -277,3 +279,20 @@ def test_specchats_own_remote_backend_chats_with_specchats_server():
     assert isinstance(events[0], Started)
     assert "".join(ev.answer for ev in events if isinstance(ev, TokensEmitted)) == direct_text()
     assert isinstance(events[-1], Done) and events[-1].stop_reason is StopReason.EOG
+
+
+def test_a_chat_on_another_specchat_keeps_its_mode_and_reads_what_speculation_did():
+    with Served() as s:
+        backend = RemoteBackend.connect(RemoteConfig(ServerConfig("another-specchat", s.url.removesuffix("/v1"))))
+        try:
+            assert backend.caps.engine == "specchat" and backend.caps.n_ctx == 2048
+            plain = list(backend.answer(AnswerRequest(tuple(HELLO), mode=Mode.BASELINE), CancelToken()))
+            drafted = list(backend.answer(AnswerRequest(tuple(HELLO), mode=Mode.DRAFT), CancelToken()))
+        finally:
+            backend.close()
+    assert [e.stats.mode for e in s.backend.ends] == ["baseline", "draft"]  # each request ran in its chat's mode
+    assert not any(type(ev).__name__ == "Fallback" for ev in plain)  # no "cannot turn drafting off" note
+    mine = drafted[-1].stats.counts
+    theirs = s.backend.ends[1].stats.counts
+    assert (mine.drafted, mine.accepted) == (theirs.drafted, theirs.accepted) and theirs.drafted > 0
+    assert plain[-1].stats.counts.drafted == 0

@@ -172,7 +172,7 @@ class RemoteBackend:
         tools/server/server-schema.cpp:198, and a slot's draft length is the room left in its context and
         max_tokens, server-context.cpp:453), so the answer still drafts and its mode label stays "+draft".
         None for any other mode, or a server that does not draft (or does not say)."""
-        if mode is not Mode.BASELINE or not self.caps.speculative:
+        if mode is not Mode.BASELINE or not self.caps.speculative or self.caps.kind.per_request_mode:
             return None
         how = f" ({self.caps.speculation})" if self.caps.speculation else ""
         fix = ("set the chat's llama.cpp drafter to 'none'" if self._process is not None

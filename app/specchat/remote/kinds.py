@@ -36,6 +36,8 @@ class AnswerRequest(Protocol):
     def reasoning(self) -> bool | None: ...
     @property
     def fresh_prompt(self) -> bool: ...
+    @property
+    def mode(self) -> Any: ...  # the chat's speculation mode (a Mode)
 
 
 class Prober(Protocol):
@@ -92,6 +94,7 @@ class ServerKind:
     name: ClassVar[str]  # Capabilities.engine: what the panel and the answer's footer say
     metrics: ClassVar[bool] = False  # the probe reads its /metrics
     per_round: ClassVar[bool] = False  # rounds, origins and the token count rebuilt live from the stream
+    per_request_mode: ClassVar[bool] = False  # a request chooses its own speculation mode (baseline included)
 
     def recognise(self, probe: Probe) -> Recognised | None:
         raise NotImplementedError
@@ -258,6 +261,48 @@ class SGLang(_OpenSampling):
         return None
 
 
+class SpecChatServer(_OpenSampling):
+    """Another SpecChat (``specchat serve``, or a window serving its API): ``/v1/models`` entries are
+    ``owned_by: "specchat"`` with the pair in ``meta``; a chat's speculation mode travels with each
+    request (``"specchat": {"mode": ...}``), and each answer's own drafted and accepted tokens come in
+    the ``specchat`` object of its last chunk."""
+
+    name = "specchat"
+    metrics = False
+    per_request_mode = True
+
+    def recognise(self, probe: Probe) -> Recognised | None:
+        if "specchat" not in probe.owners:
+            return None
+        doc = probe.json("/v1/models")
+        data = doc.get("data") if isinstance(doc, dict) else None
+        meta = data[0].get("meta") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        return Recognised(meta if isinstance(meta, dict) else {})
+
+    def describe(self, said: Said, props: Any, counters: ServerMetrics | None, probe: Probe) -> None:
+        if not isinstance(props, dict):
+            return
+        said.ctx = as_int(props.get("n_ctx")) or said.ctx
+        draft = props.get("draft")
+        said.speculative = True  # lookup needs no draft model; a request chooses its mode
+        said.speculation = "per request: " + ("draft model " + str(draft)[:80] if isinstance(draft, str)
+                                              else "prompt lookup (no draft model)")
+
+    def body_extras(self, body: dict[str, Any], req: AnswerRequest) -> None:
+        super().body_extras(body, req)
+        body["repeat_penalty"] = req.sampling.repeat_penalty
+        body["specchat"] = {"mode": req.mode.value}
+
+    def summary(self, chunk: dict, where: str) -> RequestSpec | None:
+        spec = chunk.get("specchat")
+        if not isinstance(spec, dict):
+            return None
+        drafted, accepted = as_int(spec.get("drafted")), as_int(spec.get("accepted"))
+        if drafted is None or accepted is None or accepted > drafted:
+            return None
+        return RequestSpec("specchat", drafted, accepted, None, None, None)
+
+
 class OpenAICompatible(ServerKind):
     """Anything else that lists ``/v1/models``: the OpenAI fields only, tok/s only."""
 
@@ -273,6 +318,7 @@ class OpenAICompatible(ServerKind):
 # The probe tries these in order; the first that recognises the server is its kind.  A new kind: one line.
 KINDS: tuple[ServerKind, ...] = (
     VLLM(),
+    SpecChatServer(),
     LlamaServer(),
     SGLang(),
     OpenAICompatible(),  # recognises anything: last
