@@ -237,9 +237,29 @@ def _another_value(s):
         return next(c for c in s.choices if c != s.default)
     if isinstance(s.default, str):
         return "elsewhere.gguf"
+    if isinstance(s.default, bool):
+        return not s.default
     if isinstance(s.default, int):
         return s.default + 1 if s.hi is None or s.default + 1 <= s.hi else s.default - 1
     return (s.default + s.hi) / 2
+
+
+def test_the_api_settings_default_to_the_servers_port_on_this_machine_only(tmp_path):
+    """The window serves on ``specchat serve``'s port, on 127.0.0.1 unless the user says otherwise; a port
+    outside 1-65535 or a switch that is not true/false is refused naming the key."""
+    from specchat.serve.http import DEFAULT_PORT
+
+    c = AppConfig(tmp_path / "config.toml")
+    assert c["api_port"] == DEFAULT_PORT and c["api_everywhere"] is False
+    (tmp_path / "bad.toml").write_text("api_port = 70000\n")
+    with pytest.raises(ConfigError, match="api_port: must be between 1 and 65535"):
+        AppConfig(tmp_path / "bad.toml")
+    (tmp_path / "bad.toml").write_text("api_everywhere = 1\n")
+    with pytest.raises(ConfigError, match="api_everywhere: must be true or false"):
+        AppConfig(tmp_path / "bad.toml")
+    c.apply({"api_port": 9000, "api_everywhere": True})
+    again = AppConfig(tmp_path / "config.toml")
+    assert again["api_port"] == 9000 and again["api_everywhere"] is True
 
 
 def test_a_change_names_exactly_the_keys_that_changed(tmp_path):

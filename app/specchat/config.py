@@ -113,6 +113,7 @@ class Setting:
 
 
 _C = ControllerSettings()
+API_PORT = 8177  # serve.http.DEFAULT_PORT (config stands below serve; tests/test_config.py checks they agree)
 DECODE_NICE = 2  # docs/benchmarks.md: window lateness p99 13.6 ms at 0, 11.4 ms at 2, 8.3 ms at 5 (two busy cores)
 SCHEMA: tuple[Setting, ...] = (
     Setting("target", "Default target model (GGUF file)", "",
@@ -152,6 +153,12 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("remote_header_cap_mib", "Header check: most MiB read per hub file", 64, 1, 1024,
             help="checking a pair on the hub reads only the GGUF headers (rarely over 10 MiB); a file whose "
                  "header needs more is refused. At most 5% of a file is read, but 16 MiB is always allowed"),
+    Setting("api_port", "API server port", API_PORT, 1, 65535,
+            help="Models → Serve the API answers OpenAI-compatible requests at http://127.0.0.1:PORT/v1 "
+                 "with the loaded pair"),
+    Setting("api_everywhere", "API server: reachable from other machines", False,
+            help="listen on every network interface (0.0.0.0) instead of this machine only (127.0.0.1): "
+                 "anyone who can reach this machine can use its models, so set an API key"),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
 # the settings the draft-length controller (and the telemetry panel's guard-rail lines) take: _controller_of

@@ -9,6 +9,7 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase, QStandardItemModel
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -57,6 +58,10 @@ def _editor(s: Setting, value: object) -> QWidget:
         combo.addItems(s.choices)
         combo.setCurrentText(str(value))
         return combo
+    if isinstance(s.default, bool):
+        check = QCheckBox()
+        check.setChecked(bool(value))
+        return check
     if isinstance(s.default, str):
         line = QLineEdit(str(value))
         line.setPlaceholderText("not set")
@@ -76,6 +81,8 @@ def _editor(s: Setting, value: object) -> QWidget:
 
 def _value(w: QWidget) -> object:
     """What a field made by :func:`_editor` holds."""
+    if isinstance(w, QCheckBox):
+        return w.isChecked()
     if isinstance(w, QComboBox):
         return w.currentText()
     if isinstance(w, QLineEdit):
