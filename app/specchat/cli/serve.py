@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specchat.cli.common import open_from_args, sampling_from_args
     from specchat.engine.settings import Mode
     from specchat.errors import UserError
-    from specchat.serve.http import LOCAL_HOSTS, Api, ApiServer
+    from specchat.serve.http import LOCAL_HOSTS, Api, ApiServer, listen
     from specchat.serve.lane import BackendLane
 
     key = ""
@@ -67,16 +67,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CliError("--port must be in [0, 65535]")
     sampling = sampling_from_args(args)
-    backend = open_from_args(args, args.server or "")
+    try:
+        sock = listen(args.host, args.port)  # before the models load: a port in use is said at once
+    except UserError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        backend = open_from_args(args, args.server or "")
+    except BaseException:
+        sock.close()
+        raise
     stop = threading.Event()
     try:
         lane = BackendLane(backend, mode=Mode(args.mode), sampling=sampling, waiting=args.queue)
         api = Api(lane, api_key=key)
         api.traffic.listeners.append(_log_line)
-        try:
-            server = ApiServer(api, args.host, args.port)
-        except UserError as exc:
-            raise CliError(str(exc)) from None
+        server = ApiServer(api, args.host, args.port, sock)
         server.start()
         card = lane.card()
         print(f"specchat: serving {card.id} at {server.url} (mode {args.mode}"

@@ -308,21 +308,30 @@ class Api:
         self.traffic.add(replace(record, **fields))
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: any free port), or :class:`UserError` in one line (a port in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)  # held from now on: a second server on this port is refused, even while models load
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
 class ApiServer:
     """uvicorn serving an :class:`Api` on a thread of its own, on a socket bound before it starts (so a port
     in use is one line here, not a log line there).  :meth:`stop` ends it; streams still open are cut."""
 
-    def __init__(self, api: Api, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+    def __init__(self, api: Api, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 sock: socket.socket | None = None) -> None:
+        """``sock``: one :func:`listen` bound already (``host`` and ``port`` then only name it)."""
         self.api = api
         self.host = host
-        try:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            self._sock = socket.socket(family, socket.SOCK_STREAM)
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind((host, port))
-        except OSError as exc:
-            self._sock.close()
-            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._sock = sock or listen(host, port)
         self.port = self._sock.getsockname()[1]
         limits = api.limits
         config = uvicorn.Config(api.app(), log_level="warning", lifespan="off", access_log=False,
