@@ -1,4 +1,5 @@
-"""The one JSON parser for documents from outside (servers, the hub): nesting bounded.
+"""The one JSON parser for documents from outside (servers, the hub) and for the JSON SpecChat
+stores itself (a chat's settings, an answer's statistics): nesting bounded.
 
 ``json.loads`` recurses once per level and raises :class:`RecursionError` near 1000 levels;
 a document just under that parses, then breaks the first ``repr()`` or walk that recurses

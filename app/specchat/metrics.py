@@ -13,9 +13,13 @@ of raw counts that every layer keeps and adds up; its properties are the figures
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+# The largest whole count a stored record may hold: SQLite's INTEGER (a signed 64-bit number).
+MAX_COUNT = (1 << 63) - 1
 
 
 def ratio(part: float, whole: float) -> float | None:
@@ -161,16 +165,26 @@ class Counts:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Counts:
         """Lenient: a missing key (a document from an older version) is 0, an unknown one
-        (from a newer version) is ignored; a value of the wrong kind raises ValueError."""
+        (from a newer version) is ignored.  Strict about what is there: a count is a whole
+        number from 0 to :data:`MAX_COUNT`, a time a finite number of seconds from 0; anything
+        else (NaN, an infinity, a negative count, text, a fraction of a token) raises
+        ValueError naming the count."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"counts must be an object, got {type(doc).__name__}")
         values: dict[str, Any] = {}
         for name, kind in _FIELD_KINDS.items():
             raw = doc.get(name)
             if raw is None:
                 continue
-            if isinstance(raw, bool) or not isinstance(raw, int | float):
-                raise ValueError(f"count {name!r} must be a number, got {raw!r}")
-            values[name] = kind(raw)
+            values[name] = _count(name, kind, raw)
         return cls(**values)
+
+    def check(self) -> Counts:
+        """These counts, or ValueError naming the first one a stored record may not hold (see
+        :meth:`from_dict`)."""
+        for name, kind in _FIELD_KINDS.items():
+            _count(name, kind, getattr(self, name))
+        return self
 
     # -- the figures (docs/ARCHITECTURE.md, "Metrics"); None where undefined -------------
 
@@ -216,6 +230,26 @@ class Counts:
 
 COUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
 _FIELD_KINDS: dict[str, type] = {f.name: float if f.type in ("float", float) else int for f in fields(Counts)}
+FIELD_KINDS = _FIELD_KINDS  # each count's kind: int (tokens, rounds) or float (seconds)
+
+
+def _count(name: str, kind: type, raw: object) -> int | float:
+    """One stored count as its kind, or ValueError: a whole number in [0, MAX_COUNT] for a count
+    (an integral float such as 3.0 is read as 3), a finite number from 0 for a time."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError(f"count {name!r} must be a number, got {_shown(raw)}")
+    if not math.isfinite(raw) or raw < 0:
+        raise ValueError(f"count {name!r} must be a finite number from 0, got {_shown(raw)}")
+    if kind is float:
+        return float(raw)
+    if raw != int(raw) or raw > MAX_COUNT:
+        raise ValueError(f"count {name!r} must be a whole number up to {MAX_COUNT}, got {_shown(raw)}")
+    return int(raw)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # -- the reasoning block and the answer, apart ------------------------------------------------------
@@ -261,8 +295,11 @@ class PhaseSplit:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any] | None) -> PhaseSplit:
-        """Lenient like :meth:`Counts.from_dict`; a missing document is no split."""
+        """Strict like :meth:`Counts.from_dict`; a missing document is no split (ValueError for one
+        that is not an object)."""
         doc = doc or {}
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"phases must be an object, got {type(doc).__name__}")
         return cls(Counts.from_dict(doc.get(REASONING) or {}), Counts.from_dict(doc.get(ANSWER) or {}))
 
     def summary(self) -> str:

@@ -24,10 +24,13 @@ from specchat.profile import Profile
 from specchat.ui.app import MOVE_ASIDE
 
 
-def run_app_in_child(root: Path, answer: str = "Quit", timeout: float = 60) -> subprocess.CompletedProcess:
+def run_app_in_child(root: Path, answer: str = "Quit", timeout: float = 60,
+                     prelude: str = "") -> subprocess.CompletedProcess:
     """``run_app`` on the profile at ``root``; the start-up dialog is answered with ``answer``;
-    if the window opens, it is closed at once (the event loop's first turn)."""
+    if the window opens, it is closed at once (the event loop's first turn).  ``prelude``: code
+    run first (to plant a bug)."""
     code = textwrap.dedent(f"""
+        {prelude}
         import sys
         from pathlib import Path
         from PySide6.QtCore import QTimer
@@ -171,3 +174,56 @@ def test_a_lock_left_by_a_killed_app_is_taken_over(tmp_path):
     lock = acquire_instance_lock(profile)
     assert not isinstance(lock, str), lock
     lock.unlock()
+
+
+# -- issue 37: rows SpecChat could have written never stop the app; a bug is one line and a log ------------
+
+V1_FILE = Path(__file__).parents[1] / "store" / "data" / "v1-release.sqlite3"
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_a_v1_database_with_nan_statistics_and_deep_settings_starts_the_app_with_its_chats(tmp_path):
+    profile = Profile.at(tmp_path)
+    profile.data_dir.mkdir(parents=True)
+    profile.database.write_bytes(V1_FILE.read_bytes())
+    conn = sqlite3.connect(profile.database)
+    conn.execute("UPDATE messages SET stats = ? WHERE id = (SELECT min(id) FROM messages WHERE stats IS NOT NULL)",
+                 ('{"tokens": 9, "mean_k": NaN, "rounds_with_draft": 2, "fallbacks": 5}',))
+    conn.execute("UPDATE chats SET settings = ? WHERE title = 'A poem'", (DEEP,))
+    conn.commit()
+    conn.close()
+    done = run_app_in_child(tmp_path, answer="Continue")
+    assert done.returncode == 0, done.stderr  # before: a traceback (ValueError) and exit 1
+    assert "Traceback" not in done.stderr and "QThread" not in done.stderr, done.stderr
+    conn = sqlite3.connect(profile.database)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] >= 5  # migrated, chats kept
+    assert conn.execute("SELECT count(*) FROM chats").fetchone()[0] == 3
+    conn.close()
+
+
+def test_chat_settings_nested_thousands_deep_after_the_migration_do_not_abort_the_start(tmp_path):
+    from specchat.store import open_store
+
+    profile = Profile.at(tmp_path)
+    with open_store(profile.database) as store:
+        store.create_chat("Deep")
+    conn = sqlite3.connect(profile.database)
+    conn.execute("UPDATE chats SET settings = ?", ('{"a":' * 3000 + "1" + "}" * 3000,))
+    conn.commit()
+    conn.close()
+    done = run_app_in_child(tmp_path)
+    assert done.returncode == 0, done.stderr  # before: "QThread: Destroyed while thread is still running", abort
+    assert "Traceback" not in done.stderr and "QThread" not in done.stderr, done.stderr
+    assert "chat settings unreadable" in done.stderr  # the line that says what was repaired
+
+
+def test_a_bug_after_the_threads_started_is_one_line_naming_the_log_and_no_abort(tmp_path):
+    bug = ("import specchat.ui.main_window as mw; "  # one line: the window fails to build, after the threads started
+           "mw.MainWindow.__init__ = lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError('planted bug'))")
+    done = run_app_in_child(tmp_path, prelude=bug)
+    assert done.returncode == 1, done.stderr  # before: the threads' abort (SIGABRT), a traceback on the screen
+    line = one_line(done.stderr)
+    log = Profile.at(tmp_path).data_dir / "errors.log"
+    assert "bug in SpecChat" in line and "planted bug" in line and str(log) in line
+    assert "QThread" not in done.stderr
+    assert "RuntimeError: planted bug" in log.read_text()  # the traceback is there, to report

@@ -11,6 +11,7 @@ is turned into "stopped" at the next open, keeping its text.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import sqlite3
 import time
@@ -60,6 +61,7 @@ class Store:
     ) -> None:
         self.connection = conn
         self.uses_fts = fts  # False: search falls back to substring matching
+        self._told: set[tuple[str, int]] = set()  # the damaged rows already said (once per row and session)
         self.flush_interval = flush_interval  # default for AnswerWriter
         self.clock = clock  # monotonic, for flush timing
         self.now = now  # wall clock, for the timestamps users see
@@ -90,7 +92,7 @@ class Store:
         row = self.connection.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
         if row is None:
             raise KeyError(f"no chat {chat_id}")
-        return _chat(row)
+        return self._chat(row)
 
     def rename_chat(self, chat_id: int, title: str) -> Chat:
         """Renaming is not activity: the chat keeps its place in the list."""
@@ -139,7 +141,7 @@ class Store:
         """The chats in the trash, the most recently trashed first."""
         rows = self.connection.execute(
             "SELECT * FROM chats WHERE trashed_at IS NOT NULL ORDER BY trashed_at DESC, id DESC").fetchall()
-        return [_chat(row) for row in rows]
+        return [self._chat(row) for row in rows]
 
     def purge_trash(self) -> int:
         """Delete the trashed chats for good (their messages by cascade; task runs stay); how many.
@@ -166,7 +168,7 @@ class Store:
         terms = search_words(search)
         if not terms:
             rows = self.connection.execute("SELECT c.* FROM chats c WHERE c.trashed_at IS NULL" + order).fetchall()
-            return [_chat(row) for row in rows]
+            return [self._chat(row) for row in rows]
         folded = [t.casefold() for t in terms]
         title_match = " AND ".join(["instr(py_casefold(c.title), ?) > 0"] * len(folded))
         params: list[object] = list(folded)
@@ -183,7 +185,7 @@ class Store:
             params.extend(folded)
         sql = (f"SELECT c.* FROM chats c WHERE c.trashed_at IS NULL AND (({title_match}) OR c.id IN ({message_match}))"
                + order)
-        return [_chat(row) for row in self.connection.execute(sql, params).fetchall()]
+        return [self._chat(row) for row in self.connection.execute(sql, params).fetchall()]
 
     # -- messages -----------------------------------------------------------------------
 
@@ -224,13 +226,13 @@ class Store:
         row = self.connection.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         if row is None:
             raise KeyError(f"no message {message_id}")
-        return _message(row)
+        return self._message(row)
 
     def messages(self, chat_id: int) -> list[Message]:
         """A chat's shown messages (each in its shown version), in order: what the next turn sends."""
         rows = self.connection.execute("SELECT * FROM messages WHERE chat_id = ? AND version_id IS NULL ORDER BY id",
                                        (chat_id,))
-        return [_message(row) for row in rows.fetchall()]
+        return [self._message(row) for row in rows.fetchall()]
 
     def edit_message(self, message_id: int, content: str) -> Message:
         """Edit-and-resend: the message's old text and what followed it become a version (see
@@ -289,8 +291,7 @@ class Store:
         """The message's versions that are not shown, by number."""
         rows = self.connection.execute("SELECT * FROM message_versions WHERE message_id = ? ORDER BY number",
                                        (message_id,)).fetchall()
-        return [MessageVersion(id=r["id"], message_id=r["message_id"], number=r["number"], content=r["content"],
-                               created_at=r["created_at"]) for r in rows]
+        return [self._version(r) for r in rows]
 
     def version_counts(self, chat_id: int) -> dict[int, int]:
         """How many versions each shown message of the chat has, for those with more than one."""
@@ -339,6 +340,54 @@ class Store:
             cur = conn.execute(f"DELETE FROM messages WHERE chat_id = ? AND version_id IS NULL AND id {op} ?",
                                (row["chat_id"], message_id))
         return cur.rowcount
+
+    # -- reading rows: every column checked for its declared type; a damaged row is repaired, said once --
+
+    def _damaged(self, table: str, row_id: int, what: str, line: str) -> None:
+        """One line per damaged row and session (the list is read again at every refresh)."""
+        if (table, row_id) not in self._told:
+            self._told.add((table, row_id))
+            log.warning("%s: %s", what, line)
+
+    def _chat(self, row: Mapping[str, Any]) -> Chat:
+        chat_id = row["id"]
+        cols = _Columns(row, lambda line: self._damaged("chats", chat_id, f"chat {chat_id}", line))
+        title = cols.text("title", "Untitled") or "Untitled"
+        return Chat(
+            id=chat_id,
+            title=title,
+            created_at=cols.time("created_at"),
+            updated_at=cols.time("updated_at"),
+            settings=ChatSettings.from_json(
+                cols.raw("settings"), lambda line: self._damaged("chats", chat_id, f"chat {chat_id} ({title})", line)),
+            trashed_at=cols.time("trashed_at", optional=True),
+        )
+
+    def _message(self, row: Mapping[str, Any]) -> Message:
+        message_id = row["id"]
+
+        def tell(line: str) -> None:
+            self._damaged("messages", message_id, f"message {message_id} of chat {row['chat_id']}", line)
+
+        cols = _Columns(row, tell)
+        return Message(
+            id=message_id,
+            chat_id=row["chat_id"],
+            role=row["role"],  # CHECK constraint: one of ROLES
+            content=cols.text("content"),
+            reasoning=cols.text("reasoning"),
+            created_at=cols.time("created_at"),
+            state=row["state"],  # CHECK constraint: NULL or one of ANSWER_STATES
+            stats=MessageStats.from_json(cols.raw("stats"), tell),
+            origins=cols.text("origins"),
+            content_spans=cols.text("content_spans"),
+            version=cols.whole("version", 1),
+        )
+
+    def _version(self, row: Mapping[str, Any]) -> MessageVersion:
+        cols = _Columns(row, lambda line: self._damaged("message_versions", row["id"], f"version {row['id']}", line))
+        return MessageVersion(id=row["id"], message_id=row["message_id"], number=cols.whole("number", 1),
+                              content=cols.text("content"), created_at=cols.time("created_at"))
 
     def recover_interrupted(self) -> list[int]:
         """Answers left "streaming" by a killed process become "stopped", text kept.
@@ -495,31 +544,45 @@ def _clean_title(title: str) -> str:
     return title
 
 
-def _chat(row: Mapping[str, Any]) -> Chat:
-    return Chat(
-        id=row["id"],
-        title=row["title"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        settings=ChatSettings.from_json(row["settings"]),
-        trashed_at=row["trashed_at"],
-    )
+class _Columns:
+    """A row's columns read as the schema declares them.  SQLite keeps whatever a writer gave a column
+    (text in a REAL, a BLOB in a TEXT); a value of another type, or a time that is not finite, is
+    replaced by the column's default and said in one line (``tell``)."""
+
+    def __init__(self, row: Mapping[str, Any], tell: Callable[[str], None]) -> None:
+        self.row = row
+        self.tell = tell
+
+    def raw(self, name: str) -> Any:
+        return self.row[name]
+
+    def text(self, name: str, default: str = "") -> str:
+        value = self.row[name]
+        if isinstance(value, str):
+            return value
+        self.tell(f"{name} is not text ({type(value).__name__}); read as {default!r}")
+        return default
+
+    def whole(self, name: str, default: int) -> int:
+        value = self.row[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        self.tell(f"{name} is not a whole number ({type(value).__name__}); read as {default}")
+        return default
+
+    def time(self, name: str, *, optional: bool = False) -> float:
+        value = self.row[name]
+        if value is None and optional:
+            return None  # type: ignore[return-value]
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        self.tell(f"{name} is not a time ({_shown(value)}); read as the epoch")
+        return 0.0
 
 
-def _message(row: Mapping[str, Any]) -> Message:
-    return Message(
-        id=row["id"],
-        chat_id=row["chat_id"],
-        role=row["role"],
-        content=row["content"],
-        reasoning=row["reasoning"],
-        created_at=row["created_at"],
-        state=row["state"],
-        stats=MessageStats.from_json(row["stats"]),
-        origins=row["origins"],
-        content_spans=row["content_spans"],
-        version=row["version"],
-    )
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def open_store(

@@ -119,11 +119,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def connect(path: Path) -> sqlite3.Connection:
     """Open ``path`` (creating it and its folder), set the pragmas and migrate the schema."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # isolation_level=None: autocommit; writes that belong together use transaction().
-    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: autocommit; writes that belong together use transaction().
+        conn = sqlite3.connect(str(path), isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         conn.row_factory = sqlite3.Row
+        # text that is not UTF-8 (SpecChat never writes it; another tool may) reads with U+FFFD in place of
+        # the bad bytes, instead of failing the whole query it is in
+        conn.text_factory = _lenient_text
         conn.execute("PRAGMA busy_timeout = 5000")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # e.g. a file system without shared memory
@@ -140,6 +146,10 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
 
 
 def _casefold(text: object) -> str | None:

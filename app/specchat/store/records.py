@@ -1,22 +1,27 @@
 """The records the store keeps: chat settings, messages and their statistics.
 
-Frozen dataclasses, stored as rows and JSON; lenient when reading (a chat must
-always open, even with settings written by a newer version).
+Frozen dataclasses, stored as rows and JSON.  Reading a stored document is checked, key by
+key, before anything uses it: the JSON through :func:`specchat.bounded_json.loads` (nesting
+bounded), then each known key for its declared type and its own rule
+(:meth:`ChatSettings.validate`'s, a count's range; a number finite).  A key that fails takes its default and the
+store says which in one line (``damaged``); an unknown key (a newer version's) is ignored.  So
+a chat always opens, and nothing a row holds can raise past its reader.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from specchat import modes
+from specchat import bounded_json, modes
 from specchat.context_policy import POLICY_NAMES, ContextPolicy
-from specchat.metrics import Counts, CountsView, PhaseSplit
+from specchat.metrics import MAX_COUNT, Counts, CountsView, PhaseSplit
 from specchat.sampling_settings import SamplingSettings, StructuredOutput
 
 log = logging.getLogger(__name__)
@@ -71,7 +76,13 @@ class ChatSettings:
         object.__setattr__(self, "context_policy", str(getattr(policy, "value", policy) or "").strip().lower())
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad field."""
+        """Raise ValueError naming the first bad field: its stored type (what :meth:`read` takes
+        back), then its rule."""
+        for key, value in self._flat().items():
+            try:
+                _SETTINGS_KEYS[key](value)
+            except ValueError as exc:
+                raise ValueError(f"{key} {exc}") from None
         if self.speculation not in SPECULATION_MODES:
             raise ValueError(f"speculation must be one of {', '.join(SPECULATION_MODES)}")
         self.sampling.validate()  # the engine's own checks (GrammarError, a ValueError, for the structured output)
@@ -88,34 +99,165 @@ class ChatSettings:
             change["sampling"] = replace(change.get("sampling", self.sampling), **sampling)
         return replace(self, **change)
 
-    def to_json(self) -> str:
-        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sampling"}
+    def _flat(self) -> dict[str, object]:
+        """The stored document's keys and values (flat: the sampling fields at the top)."""
+        doc: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sampling"}
         doc["target"] = str(self.target) if self.target else None
         doc["draft"] = str(self.draft) if self.draft else None
         sampling = {k: getattr(self.sampling, k) for k in _SAMPLING_FLAT}
         structured = self.sampling.structured
-        doc |= sampling | {"structured_kind": structured.kind, "structured_text": structured.text}
-        return json.dumps(doc, sort_keys=True)
+        return doc | sampling | {"structured_kind": structured.kind, "structured_text": structured.text}
+
+    def to_json(self) -> str:
+        return json.dumps(self._flat(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | None) -> ChatSettings:
-        """Lenient: unknown keys are dropped; a damaged document gives the defaults.
+    def read(cls, text: str | None) -> tuple[ChatSettings, list[str]]:
+        """The settings a stored document holds, and what was wrong in it (a few words per key).
+
+        Each known key is checked for its type and, alone over the defaults, for its own rule
+        (:meth:`validate`: a number finite and in range); a key that fails keeps its default.
+        ValueError (one line) for a document that is not a JSON object or nests too deep.
+        """
+        doc = _document(text)
+        good: dict[str, object] = {}
+        bad: list[str] = []
+        for keys in _SETTINGS_UNITS:
+            present = {k: doc[k] for k in keys if k in doc and (doc[k] is not None or k in _NULLABLE)}
+            if not present:
+                continue
+            try:
+                values = {k: _SETTINGS_KEYS[k](v) for k, v in present.items()}
+                _settings_of(values).validate()
+            except ValueError as exc:
+                bad.append(f"{'/'.join(present)}: {_brief(exc)}")
+                continue
+            good |= values
+        settings = _settings_of(good)
+        settings.validate()  # rules between keys (none today) refuse the whole document
+        return settings, bad
+
+    @classmethod
+    def from_json(cls, text: str | None, damaged: Callable[[str], None] | None = None) -> ChatSettings:
+        """Never raises: the keys that read (see :meth:`read`), the defaults for the others, and one
+        line to ``damaged`` (default: a warning in the log) naming what was replaced.
 
         A chat must always open, even if its settings were written by a newer version
         or edited by hand; the user can fix the settings from the window.
         """
+        tell = damaged or _log_damage
         try:
-            doc = json.loads(text) if text else {}
-            known = {f.name for f in fields(cls)} - {"sampling"}
-            sampling = SamplingSettings(
-                **{k: v for k, v in doc.items() if k in _SAMPLING_FLAT},
-                structured=StructuredOutput(doc.get("structured_kind") or "", doc.get("structured_text") or ""))
-            settings = cls(**{k: v for k, v in doc.items() if k in known}, sampling=sampling)
-            settings.validate()
-            return settings
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.warning("chat settings unreadable (%s); using defaults", exc)
+            settings, bad = cls.read(text)
+        except ValueError as exc:
+            tell(f"chat settings unreadable ({_brief(exc)}); using the defaults")
             return cls()
+        if bad:
+            tell(f"chat settings: {'; '.join(bad)}; using the default{'s' if len(bad) > 1 else ''} there")
+        return settings
+
+
+def _log_damage(line: str) -> None:
+    log.warning("%s", line)
+
+
+def _brief(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def _document(text: str | None) -> dict[str, object]:
+    """A stored JSON object (empty for no text), or ValueError: not JSON, not an object, or nested
+    past :data:`specchat.bounded_json.MAX_DEPTH`."""
+    if not text:
+        return {}
+    if not isinstance(text, str):  # a BLOB or a number where the column holds JSON text
+        raise ValueError(f"not JSON text but {type(text).__name__}")
+    doc = bounded_json.loads(text)  # NaN or an infinity fails the key that holds it, not the document
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    return doc
+
+
+# -- what each stored key may hold: its JSON type, checked before any value is used -----------------
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be text, got {_shown(value)}")
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {_shown(value)}")
+    return value
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be a whole number, got {_shown(value)}")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {_shown(value)}")
+    return float(value)
+
+
+def _optional_path(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _count(value: object) -> int:
+    value = _whole(value)
+    if not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"must be from 0 to {MAX_COUNT}, got {_shown(value)}")
+    return value
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of text, got {_shown(value)}")
+    return tuple(_text(v) for v in value)
+
+
+def _drafter_rows(value: object) -> tuple[tuple[str, int, int], ...]:
+    if not isinstance(value, list) or not all(isinstance(v, list) and len(v) == 3 for v in value):
+        raise ValueError(f"must be a list of [name, drafted, accepted], got {_shown(value)}")
+    return tuple((_text(n), _count(d), _count(a)) for n, d, a in value)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# The reader of each field's declared type (``ChatSettings`` and ``SamplingSettings`` annotations);
+# tests/store/test_stored_rows.py fails when a new field has a type with no reader here.
+TYPE_READERS: dict[str, Callable[[object], object]] = {
+    "str": _text, "bool": _flag, "int": _whole, "float": _number, "Path | None": _optional_path,
+}
+_SETTINGS_KEYS: dict[str, Callable[[object], object]] = {
+    **{f.name: TYPE_READERS[str(f.type)] for f in fields(ChatSettings) if f.name != "sampling"},
+    **{f.name: TYPE_READERS[str(f.type)] for f in fields(SamplingSettings) if f.name != "structured"},
+    "structured_kind": _text, "structured_text": _text,
+}
+_NULLABLE = frozenset({"target", "draft"})  # null is a value there (no model); elsewhere it is "not set"
+# keys checked together: a structured output's kind means nothing without its text
+_SETTINGS_UNITS: tuple[tuple[str, ...], ...] = (
+    *((k,) for k in _SETTINGS_KEYS if not k.startswith("structured_")), ("structured_kind", "structured_text"))
+
+
+def _settings_of(flat: Mapping[str, object]) -> ChatSettings:
+    """ChatSettings from the flat stored keys (checked ones: every value has its declared type)."""
+    structured = StructuredOutput(str(flat.get("structured_kind") or ""), str(flat.get("structured_text") or ""))
+    sampling = SamplingSettings(**{k: v for k, v in flat.items() if k in _SAMPLING_FLAT},  # type: ignore[arg-type]
+                                structured=structured)
+    own = {k: v for k, v in flat.items() if k in _CHAT_FIELDS}
+    return ChatSettings(**own, sampling=sampling)  # type: ignore[arg-type]
+
+
+_CHAT_FIELDS = frozenset(f.name for f in fields(ChatSettings)) - {"sampling"}
 
 
 def normalize_mode(mode: object) -> str:
@@ -178,28 +320,42 @@ class MessageStats(CountsView):
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | None) -> MessageStats | None:
-        """Lenient: missing keys take their defaults, unknown ones are ignored; unreadable is None."""
+    def read(cls, text: str | None) -> tuple[MessageStats | None, list[str]]:
+        """The statistics a stored document holds (None for no text), and what was wrong in it.
+
+        Each known key is checked for its type and range (a count from 0, a time finite); a key
+        that fails keeps its default.  ValueError (one line) for a document that is not a JSON
+        object, nests too deep, or whose counts do not read.
+        """
         if not text:
-            return None
+            return None, []
+        doc = _document(text)
+        good: dict[str, object] = {}
+        bad: list[str] = []
+        for key, read in _STATS_KEYS.items():
+            if doc.get(key) is None:
+                continue
+            try:
+                good[key] = read(doc[key])
+            except ValueError as exc:
+                if key == "counts":  # what every figure is made of: without them there are no statistics
+                    raise ValueError(f"counts: {_brief(exc)}") from None
+                bad.append(f"{key}: {_brief(exc)}")
+        return cls(**good), bad  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, text: str | None, damaged: Callable[[str], None] | None = None) -> MessageStats | None:
+        """Never raises: the keys that read (see :meth:`read`), defaults for the others; None for no
+        text or a document that does not read at all; one line to ``damaged`` (default: the log)."""
+        tell = damaged or _log_damage
         try:
-            doc = json.loads(text)
-            return cls(
-                counts=Counts.from_dict(doc.get("counts") or {}),
-                mode=str(doc.get("mode") or ""),
-                stop_reason=str(doc.get("stop_reason") or ""),
-                fallbacks=tuple(str(f) for f in doc.get("fallbacks") or ()),
-                error=str(doc.get("error") or ""),
-                phases=PhaseSplit.from_dict(doc.get("phases")),
-                structured=str(doc.get("structured") or ""),
-                drafters=tuple((str(n), int(d), int(a)) for n, d, a in doc.get("drafters") or ()),
-                notes=tuple(str(n) for n in doc.get("notes") or ()),
-                n_ctx=max(0, int(doc.get("n_ctx") or 0)),
-                left_out=max(0, int(doc.get("left_out") or 0)),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.warning("message stats unreadable (%s)", exc)
+            stats, bad = cls.read(text)
+        except ValueError as exc:
+            tell(f"answer statistics unreadable ({_brief(exc)}); not shown")
             return None
+        if bad:
+            tell(f"answer statistics: {'; '.join(bad)}; left out")
+        return stats
 
     @classmethod
     def from_generation(cls, stats: Any, stop_reason: object = "", error: str = "") -> MessageStats:
@@ -213,6 +369,13 @@ class MessageStats(CountsView):
                    phases=getattr(stats, "phases", PhaseSplit()),
                    structured=str(getattr(stats, "structured", "") or ""),
                    drafters=tuple(getattr(stats, "drafters", ())), notes=tuple(getattr(stats, "notes", ())))
+
+
+_STATS_KEYS: dict[str, Callable[[Any], object]] = {
+    "counts": Counts.from_dict, "mode": _text, "stop_reason": _text, "fallbacks": _texts, "error": _text,
+    "phases": PhaseSplit.from_dict, "structured": _text, "drafters": _drafter_rows, "notes": _texts,
+    "n_ctx": _count, "left_out": _count,
+}
 
 
 @dataclass(frozen=True, slots=True)

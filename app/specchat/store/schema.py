@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 from collections.abc import Callable, Sequence
+
+from specchat import bounded_json
 
 log = logging.getLogger(__name__)
 
@@ -79,76 +82,109 @@ _V2_NEW_TASK_RUN_COLUMNS = ("decoded", "prompt_tokens", "reused_tokens", "rounds
                             "prefill_s", "draft_s", "verify_s", "overhead_s")
 
 
+_V2_MAX_COUNT = (1 << 63) - 1  # SQLite's INTEGER
+
+
 def v1_stats_to_v2(doc: dict) -> dict:
     """A schema-1 MessageStats document (counts and ratios side by side) as schema 2's.
 
     Counts schema 1 did not keep are rebuilt where its ratios allow it: K summed over the
     rounds with a draft from mean K, prefill time from prefill tok/s; the first token of
     an answer never counted for decode speed.  Others (fallback rounds) are 0: unknown.
+    A value of the wrong type, negative, not finite (Python's json wrote NaN) or past what SQLite
+    holds counts as unknown too (0), and so does anything rebuilt from one; a ``fallbacks`` that is
+    not a list of text keeps its texts only.
     """
     def number(key: str) -> float:
         value = doc.get(key)
-        return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        return value if ok else 0  # type: ignore[return-value]
 
-    tokens = int(number("tokens"))
-    decode_s = float(number("decode_s"))
-    prompt_tokens = int(number("prompt_tokens"))
-    prefill_tok_s = float(number("prefill_tok_s"))
-    rounds_with_draft = int(number("rounds_with_draft"))
+    def whole(value: float) -> int:
+        return round(value) if math.isfinite(value) and 0 <= value <= _V2_MAX_COUNT else 0
+
+    def seconds(value: float) -> float:
+        return float(value) if math.isfinite(value) and value >= 0 else 0.0
+
+    tokens = whole(number("tokens"))
+    decode_s = seconds(number("decode_s"))
+    prompt_tokens = whole(number("prompt_tokens"))
+    prefill_tok_s = seconds(number("prefill_tok_s"))
+    rounds_with_draft = whole(number("rounds_with_draft"))
     has_decode = tokens > 1 and decode_s > 0
     counts = {
         "tokens": tokens,
         "decoded": tokens - 1 if has_decode else 0,
         "prompt_tokens": prompt_tokens,
         "reused_tokens": 0,  # schema 1's prefill tok/s counted the whole prompt
-        "drafted": int(number("drafted")),
-        "accepted": int(number("accepted")),
-        "rounds": int(number("rounds")),
+        "drafted": whole(number("drafted")),
+        "accepted": whole(number("accepted")),
+        "rounds": whole(number("rounds")),
         "rounds_with_draft": rounds_with_draft,
-        "rounds_fully_accepted": int(number("rounds_fully_accepted")),
-        "k_sum": round(float(number("mean_k")) * rounds_with_draft),
+        "rounds_fully_accepted": whole(number("rounds_fully_accepted")),
+        "k_sum": whole(number("mean_k") * rounds_with_draft),
         "fallback_rounds": 0,
-        "prefill_s": prompt_tokens / prefill_tok_s if prompt_tokens > 0 and prefill_tok_s > 0 else 0.0,
+        "prefill_s": seconds(prompt_tokens / prefill_tok_s) if prompt_tokens > 0 and prefill_tok_s > 0 else 0.0,
         "decode_s": decode_s if has_decode else 0.0,
-        "draft_s": float(number("draft_s")),
-        "verify_s": float(number("verify_s")),
-        "overhead_s": float(number("overhead_s")),
+        "draft_s": seconds(number("draft_s")),
+        "verify_s": seconds(number("verify_s")),
+        "overhead_s": seconds(number("overhead_s")),
     }
+    fallbacks = doc.get("fallbacks")
     return {
         "counts": counts,
         "mode": _v2_mode(doc.get("mode")),
-        "stop_reason": str(doc.get("stop_reason") or ""),
-        "fallbacks": [str(f) for f in doc.get("fallbacks") or ()],
-        "error": str(doc.get("error") or ""),
+        "stop_reason": _v2_text(doc.get("stop_reason")),
+        "fallbacks": [f for f in fallbacks if isinstance(f, str)] if isinstance(fallbacks, list) else [],
+        "error": _v2_text(doc.get("error")),
     }
 
 
+def _v2_text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _v2_document(text: object) -> object:
+    """A stored JSON document, nesting bounded (ValueError otherwise: the row is left as it is, and
+    reading it later says so).  NaN reads: schema 1 wrote it (Python's json does); the numbers are
+    checked where they are used."""
+    if not isinstance(text, str):
+        raise ValueError(f"not JSON text but {type(text).__name__}")
+    return bounded_json.loads(text)
+
+
 def _v2_mode(mode: object) -> str:
-    text = str(mode or "").strip().lower()
+    text = mode.strip().lower() if isinstance(mode, str) else ""
     return "baseline" if text == "off" else text
 
 
 def _v2_rewrite(conn: sqlite3.Connection) -> None:
     """Messages' stats into counts, "off" into "baseline", task runs' missing counts filled in."""
     counts_of: dict[int, dict] = {}
+    unreadable: list[int] = []
     for row in conn.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL").fetchall():
         try:
-            doc = json.loads(row[1])
+            doc = _v2_document(row[1])
             if not isinstance(doc, dict):
                 raise ValueError("not an object")
-        except ValueError as exc:  # left as it is: reading it gives "no stats", as it did before
-            log.warning("message %s: stats unreadable (%s), not migrated", row[0], exc)
+        except ValueError:  # left as it is: reading it gives "no stats", as it did before
+            unreadable.append(row[0])
             continue
         new = v1_stats_to_v2(doc)
         counts_of[row[0]] = new["counts"]
         conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(new, sort_keys=True), row[0]))
+    if unreadable:  # one line for them all: each is a dialog at start-up
+        log.warning("%d answer(s) had statistics that do not read (message %s); left as they were, shown "
+                    "without statistics", len(unreadable), ", ".join(map(str, unreadable[:10]))
+                    + (", …" if len(unreadable) > 10 else ""))
 
     for row in conn.execute("SELECT id, settings FROM chats").fetchall():
         try:
-            settings = json.loads(row[1])
-        except ValueError:
+            settings = _v2_document(row[1])
+        except ValueError:  # left as it is: reading it says so and gives the defaults
             continue
-        if isinstance(settings, dict) and _v2_mode(settings.get("speculation")) != settings.get("speculation"):
+        speculation = settings.get("speculation") if isinstance(settings, dict) else None
+        if isinstance(settings, dict) and isinstance(speculation, str) and _v2_mode(speculation) != speculation:
             settings["speculation"] = _v2_mode(settings["speculation"])
             conn.execute("UPDATE chats SET settings = ? WHERE id = ?", (json.dumps(settings, sort_keys=True), row[0]))
 

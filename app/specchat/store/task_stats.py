@@ -19,6 +19,7 @@ plain reference (it measured the machine as truly as the answer that replaced it
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from .records import PLAIN_MODE, TASK_TAGS, normalize_mode
 if TYPE_CHECKING:
     from .records import MessageStats
 
+log = logging.getLogger(__name__)
+
 
 class _Database(Protocol):
     """What the task statistics read: the store's connection (a Store; no import of it, no circle)."""
@@ -44,6 +47,48 @@ __all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskR
            "record_run", "reset_task_stats", "task_table"]
 
 PLAIN_RUNS = 10  # the plain runs nearest in time that a reference pools (machine load drifts)
+
+# A stored run is read only when every count has its declared type and a sane range: a whole number of
+# tokens or rounds up to 2^40 (no answer comes near; the sums of 2^23 such runs still fit SQLite's 64
+# bits), and a finite number of seconds up to 10^9 (SQLite keeps an infinity; NaN it stores as NULL).
+# Any other row (written by hand, or by a SpecChat that had a bug) is left out of every figure, and
+# said in one line.
+RUN_MAX_COUNT = 1 << 40
+RUN_MAX_SECONDS = 1e9
+
+
+def _valid_run(alias: str = "", *, run: bool = True) -> str:
+    """SQL that is true for a row of task_runs (``run``; else of task_phase_runs) whose counts may be
+    summed and whose tag and models are text."""
+    terms = [f"typeof({alias}tag) = 'text' AND ({alias}target IS NULL OR typeof({alias}target) = 'text')"] if run else []
+    for name, kind in metrics.FIELD_KINDS.items():
+        col = f"{alias}{name}"
+        if kind is float:
+            terms.append(f"typeof({col}) IN ('integer', 'real') AND {col} BETWEEN 0 AND {RUN_MAX_SECONDS!r}")
+        else:
+            terms.append(f"typeof({col}) = 'integer' AND {col} BETWEEN 0 AND {RUN_MAX_COUNT}")
+    return "(" + " AND ".join(terms) + ")"
+
+
+VALID_RUN = _valid_run()
+
+
+def _storable(c: Counts) -> bool:
+    """The counts are what :data:`VALID_RUN` reads back."""
+    try:
+        c.check()
+    except ValueError:
+        return False
+    return all(getattr(c, f) <= (RUN_MAX_SECONDS if kind is float else RUN_MAX_COUNT)
+               for f, kind in metrics.FIELD_KINDS.items())
+
+
+def _say_skipped(conn: sqlite3.Connection) -> None:
+    """One line when some stored runs do not read (they are left out of the figures)."""
+    bad = conn.execute(f"SELECT count(*) FROM task_runs WHERE NOT {VALID_RUN}").fetchone()[0]
+    if bad:
+        log.warning("task statistics: %d stored run(s) hold counts that are not numbers in range, or a tag or "
+                    "model that is not text; left out", bad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +184,7 @@ def plain_reference(store: _Database, message_id: int) -> PlainReference | None:
         return None
     columns = ", ".join(COUNT_FIELDS)
     runs = conn.execute(
-        f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ?"
+        f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ? AND {VALID_RUN}"
         " ORDER BY abs(created_at - ?), id DESC LIMIT ?",
         (PLAIN_MODE, row["target"], row["draft"], row["created_at"], PLAIN_RUNS)).fetchall()
     counts = [Counts.from_dict({f: r[f] for f in COUNT_FIELDS}) for r in runs]
@@ -165,6 +210,10 @@ def record_run(
     counts = stats.counts
     if counts.decoded < 1 or counts.decode_s <= 0:
         return False
+    for c in (counts, stats.phases.reasoning, stats.phases.answer):
+        if not _storable(c):  # never a run the readers would leave out
+            log.warning("an answer's counts were not recorded in the task statistics: not numbers in range (%s)", c)
+            return False
     columns = ", ".join(COUNT_FIELDS)
     marks = ", ".join("?" * len(COUNT_FIELDS))
     conn.execute(
@@ -189,13 +238,14 @@ def task_table(store: _Database, *, target: Path | str | None = None) -> list[Ta
     ``target`` keeps the rows of one model.
     """
     sums = ", ".join(f"sum({f}) AS {f}" for f in COUNT_FIELDS)
-    sql = f"SELECT tag, target, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs"
+    sql = f"SELECT tag, target, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs WHERE {VALID_RUN}"
     params: list[object] = [PLAIN_MODE]
     if target is not None:
-        sql += " WHERE target = ?"
+        sql += " AND target = ?"
         params.append(str(target))
     sql += " GROUP BY tag, target, plain"
     groups: dict[tuple[str, str | None], dict[bool, tuple[int, Counts]]] = {}
+    _say_skipped(store.connection)
     for row in store.connection.execute(sql, params).fetchall():
         counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
         groups.setdefault((row["tag"], row["target"]), {})[bool(row["plain"])] = (row["answers"], counts)
@@ -220,7 +270,8 @@ def _phases(store: _Database, target: list[object]) -> dict[tuple[str, str | Non
     sums = ", ".join(f"sum(p.{f}) AS {f}" for f in COUNT_FIELDS)
     sql = (f"SELECT r.tag AS tag, r.target AS target, p.phase AS phase, {sums}"
            " FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
-           " WHERE r.mode != ?" + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, r.target, p.phase")
+           f" WHERE r.mode != ? AND {_valid_run('r.')} AND {_valid_run('p.', run=False)}"
+           + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, r.target, p.phase")
     out: dict[tuple[str, str | None], PhaseSplit] = {}
     for row in store.connection.execute(sql, [PLAIN_MODE, *target]).fetchall():
         counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})

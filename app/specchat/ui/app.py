@@ -9,29 +9,39 @@
    this run's crash log; only then the worker threads start (an :class:`AppSession`), and the
    window shows.
 
-Nothing before step 3 starts a thread, so no error path can end in Qt's
-"QThread: Destroyed while thread is still running" abort.
+Nothing before step 3 starts a thread, and a session that fails to build ends the threads it
+started before the error travels on, so no error path can end in Qt's "QThread: Destroyed while
+thread is still running" abort.  One handler around it all: a :class:`~specchat.errors.UserError`
+that no step named is one line (exit 2); anything else is SpecChat's bug, said in one line with
+where its traceback was written (``DATA/errors.log``, exit 1), never a traceback on the screen.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specchat.errors import collect_warnings
+from specchat.errors import UserError, collect_warnings, one_line
 from specchat.files import move_aside
 from specchat.native_work import NativeWork, enable_crash_log, read_last_crash
 from specchat.profile import Profile
 
+from .slot_errors import log_traceback
+
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.store import Store
 
 EXIT_BAD_INPUT = 2
 EXIT_ALREADY_RUNNING = 1
+EXIT_BUG = 1
+ERRORS_LOG = "errors.log"  # DATA/errors.log: the tracebacks of SpecChat's bugs (slot_errors.py)
 QUIT = "Quit"
 MOVE_ASIDE = "Move it aside and start fresh"
 CONTINUE = "Continue"
@@ -71,9 +81,46 @@ def acquire_instance_lock(profile: Profile):
     lock.setStaleLockTime(0)  # stale only when its process is gone
     if lock.tryLock(500):
         return lock
-    pid, _host, _app = lock.getLockInfo()
+    held, (pid, _host, _app) = lock.error() == QLockFile.LockError.LockFailedError, lock.getLockInfo()
+    if not (held and pid):  # not another app: the folder cannot take the lock file (read-only, full, denied)
+        return _unwritable(profile.data_dir) or (
+            f"cannot take the instance lock {profile.instance_lock} (Qt's lock error {lock.error().name}): "
+            "start another profile with --profile DIR")
     return (f"SpecChat is already running on this profile (process {pid}, {profile.data_dir}): "
             "switch to its window, or start another profile with --profile DIR")
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why a small file cannot be written in ``folder`` (read-only, full, no permission), in one line; None
+    when it can.  Written, synced and removed: a full disk often takes the name and refuses the bytes."""
+    import errno
+    import os
+    import tempfile
+
+    other = "or start another profile with --profile DIR"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".specchat-probe-", dir=folder)
+    except OSError as exc:
+        err = exc
+    else:
+        try:
+            try:
+                os.write(fd, b"\0" * 4096)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(name)
+        except OSError as exc:
+            err = exc
+        else:
+            return None
+    if err.errno == errno.EROFS:
+        return f"the data folder {folder} is on a read-only file system: make it writable, {other}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk holding the data folder {folder} is full: free some space, {other}"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to write in the data folder {folder}: fix its owner or permissions, {other}"
+    return f"cannot write in the data folder {folder} ({err.strerror or err}): {other}"
 
 
 def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str | None:
@@ -83,13 +130,11 @@ def _say(prompt: Prompt, text: str, buttons: tuple[str, ...] = (QUIT,)) -> str |
 
 def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, profile: Profile | None = None,
             prompt: Prompt = dialog_prompt) -> int:
-    from PySide6.QtCore import QSettings
+    """The app, from the instance lock to the window's close; the exit code.  Nothing reaches the user as
+    a traceback: a problem with the files is one line naming the file (exit 2), a bug of SpecChat one line
+    saying so and where its traceback is (``DATA/errors.log``, exit 1)."""
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
-
-    from .session import AppSession
-    from .slot_errors import SlotErrors
-    from .theme import apply_theme
 
     profile = (profile or Profile.default()).with_config_file(config_path)
     existing = QApplication.instance()  # typed QCoreApplication: the window needs a QApplication
@@ -105,15 +150,39 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
         _say(prompt, lock)
         return EXIT_ALREADY_RUNNING
     try:
-        # 2. everything that can be wrong with the files, before any thread starts; what the
-        # core repaired on the way (a damaged registry moved aside and rebuilt) is said after
-        with collect_warnings() as repaired:
-            opened = _open_files(profile, config_path, prompt)
-        if isinstance(opened, int):
-            return opened
-        config, store, registry = opened
-        for text in repaired:
-            _say(prompt, text, (CONTINUE,))
+        return _start(app, profile, config_path, prompt)
+    except UserError as exc:  # a problem the user can act on that no step named: one line, as the CLI says it
+        _say(prompt, str(exc))
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the one top-level handler: anything else is SpecChat's bug
+        where = log_traceback(profile.data_dir / ERRORS_LOG, traceback.format_exc())
+        _say(prompt, f"SpecChat could not go on: a bug in SpecChat ({one_line(f'{type(exc).__name__}: {exc}', 160)})"
+                     f"{where}; please report it")
+        return EXIT_BUG
+    finally:
+        lock.unlock()
+
+
+def _start(app: QApplication, profile: Profile, config_path: Path | None, prompt: Prompt) -> int:
+    """Steps 2 and 3 under the instance lock: the files, then the threads and the window; the exit code."""
+    from PySide6.QtCore import QSettings
+
+    from .session import AppSession
+    from .slot_errors import SlotErrors
+    from .theme import apply_theme
+
+    # 2. everything that can be wrong with the files, before any thread starts; what the
+    # core repaired on the way (a damaged registry moved aside and rebuilt, damaged rows of the
+    # database) is said after
+    with collect_warnings() as repaired:
+        opened = _open_files(profile, config_path, prompt)
+    if isinstance(opened, int):
+        return opened
+    config, store, registry = opened
+    try:
+        if repaired:  # one dialog for them all
+            more = f" (and {len(repaired) - 3} more)" if len(repaired) > 3 else ""
+            _say(prompt, " ".join(repaired[:3]) + more, (CONTINUE,))
 
         # 3. how the last run ended (a crash in llama.cpp leaves its record), this run's crash log, the
         # threads, then the window
@@ -126,16 +195,17 @@ def run_app(argv: list[str] | None = None, *, config_path: Path | None = None, p
                              window_state=QSettings(str(profile.config_dir / "window.ini"),
                                                     QSettings.Format.IniFormat),
                              last_crash=last_crash, work=NativeWork(profile.data_dir))
-        session.window.show()
-        slot_errors = SlotErrors(lambda line: session.window.statusBar().showMessage(line, 30_000),
-                                 profile.data_dir / "errors.log")
-        try:
-            with slot_errors.installed():
-                return app.exec()
-        finally:
-            session.close()
+    except BaseException:
+        store.close()  # the session owns it once it stands
+        raise
+    session.window.show()
+    slot_errors = SlotErrors(lambda line: session.window.statusBar().showMessage(line, 30_000),
+                             profile.data_dir / ERRORS_LOG)
+    try:
+        with slot_errors.installed():
+            return app.exec()
     finally:
-        lock.unlock()
+        session.close()
 
 
 def _open_files(profile: Profile, config_path: Path | None, prompt: Prompt) -> tuple[AppConfig, Store, Registry] | int:

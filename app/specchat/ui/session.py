@@ -53,19 +53,33 @@ class AppSession:
         self.profile = profile
         self.recorder = TelemetryRecorder(settings=config.controller())
         self.last_crash = last_crash
-        self.generation = GenerationService(pair_factory, nice=as_int(config["decode_nice"]) if nice is None else nice,
-                                            work=work)
-        self.downloads = DownloadService()
-        self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
-        self.tasks = TaskRunner()  # the dialogs' local work: llama-server --help, GGUF headers
-        self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
-        self.answers.pairLoaded.connect(self._remember_pair)
-        if last_crash is not None and last_crash.files:
-            forget_cpu_kernels()  # the kernels it trusted may be why: the next load probes them again
-            self.answers.hold_back(last_crash.files)
-        self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
-        self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         self._closed = False
+        self._started: list = []  # what has a thread, in the order started (closed in reverse if the rest fails)
+        try:
+            self.generation = GenerationService(pair_factory, work=work,
+                                                nice=as_int(config["decode_nice"]) if nice is None else nice)
+            self._started.append(self.generation)
+            self.downloads = DownloadService()
+            self._started.append(self.downloads)
+            self.hub = HubTasks()  # searches, file lists and header checks of the Models dialog
+            self._started.append(self.hub)
+            self.tasks = TaskRunner()  # the dialogs' local work: llama-server --help, GGUF headers
+            self._started.append(self.tasks)
+            self.answers = AnswerService(store, self.generation, self.pair_config, self.recorder)
+            self._started.append(self.answers)
+            self.answers.pairLoaded.connect(self._remember_pair)
+            if last_crash is not None and last_crash.files:
+                forget_cpu_kernels()  # the kernels it trusted may be why: the next load probes them again
+                self.answers.hold_back(last_crash.files)
+            self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
+            self.window = MainWindow(self, sampler=sampler, window_state=window_state)
+        except BaseException:
+            # a failure after a thread started must end that thread before the exception travels on: Qt aborts
+            # the process ("QThread: Destroyed while thread is still running") when a running one is destroyed
+            self._closed = True
+            for part in reversed(self._started):
+                part.shutdown()
+            raise
 
     def _purge_trash(self) -> None:
         try:

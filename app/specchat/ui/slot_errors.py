@@ -22,6 +22,20 @@ from specchat.errors import one_line
 MAX_LOG_BYTES = 1 << 20
 
 
+def log_traceback(log_path: Path, text: str) -> str:
+    """Append ``text`` (a traceback) to ``log_path`` (kept under :data:`MAX_LOG_BYTES`, the older half in
+    ``NAME.1``); "; details in LOG" for the line that tells the user, "" when the log cannot be written."""
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        if log_path.exists() and log_path.stat().st_size > MAX_LOG_BYTES:
+            log_path.replace(log_path.with_name(log_path.name + ".1"))
+        with log_path.open("a", encoding="utf-8") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n{text}\n")
+    except OSError:
+        return ""  # a full disk: the line still shows, without a log to point at
+    return f"; details in {log_path}"
+
+
 class SlotErrors:
     def __init__(self, show: Callable[[str], None], log_path: Path) -> None:
         self.show = show
@@ -41,15 +55,7 @@ class SlotErrors:
             sys.__excepthook__(kind, exc, tb)
 
     def _log(self, text: str) -> str:
-        try:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            if self.log_path.exists() and self.log_path.stat().st_size > MAX_LOG_BYTES:
-                self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-            with self.log_path.open("a", encoding="utf-8") as f:
-                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n{text}\n")
-        except OSError:
-            return ""  # a full disk: the line still shows, without a log to point at
-        return f"; details in {self.log_path}"
+        return log_traceback(self.log_path, text)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[SlotErrors]:
