@@ -31,6 +31,15 @@ def one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def printable(text: object, limit: int = 400) -> str:
+    """A string from outside (a server's model id, its build or notes, a hub's file name) as it may go to
+    a terminal: every character that is not printable (ESC and the other controls, which can retitle or
+    clear the terminal; bidi overrides; lone surrogates) shown as its escape (``\\x1b``, ``\\u202e``),
+    the whole cut to ``limit`` characters.  The one helper for printing what a server or the hub said."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text)[: limit * 2])
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
 @contextlib.contextmanager
 def collect_warnings() -> Iterator[list[str]]:
     """Collect what the core logs as warnings meanwhile (logger "specchat": a damaged file moved

@@ -23,7 +23,7 @@ from specchat.cli.common import load_pair_from_args as _load_pair
 from specchat.cli.common import models_from_args as _models
 from specchat.cli.common import sampling_from_args as _sampling
 from specchat.config import BY_KEY, AppConfig, ConfigError, as_int, example_toml
-from specchat.errors import UserError, one_line
+from specchat.errors import UserError, one_line, printable
 from specchat.modes import MENU_NAMES
 from specchat.profile import Profile
 
@@ -252,6 +252,8 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     files = msub.add_parser("files", help="a hub repo's GGUF models by quantisation (split models as one)")
     files.add_argument("repo", help="owner/repo")
     files.add_argument("--fit", action="store_true", help="add where each fits here, from its header (header-only)")
+    files.add_argument("--checks", type=_int_in(1, 100), default=12,
+                       help="with --fit: at most this many header reads, in the order listed (default 12)")
     files.add_argument("--ctx", type=_int_in(1, MAX_CTX), default=4096)
     files.add_argument("--json", action="store_true")
     drafts = msub.add_parser("drafts", help="find drafts for TARGET on the hub (header-only checks)")
@@ -290,7 +292,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         info = backend.info
         if info.server is not None:
-            print(f"[{info.server.summary}]", file=sys.stderr, flush=True)
+            print(f"[{printable(info.server.summary)}]", file=sys.stderr, flush=True)
         reasoning = None if args.reasoning is None else args.reasoning == "on"
         if reasoning is not None and not info.supports_reasoning_switch:
             print("note: this model's chat template has no reasoning switch; --reasoning ignored", file=sys.stderr)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.cli.common import EXIT_INCOMPATIBLE, CliError
-from specchat.errors import UserError
+from specchat.errors import UserError, printable
 from specchat.models.catalog import (
     CatalogError,
     CatalogModel,
@@ -285,9 +285,13 @@ def cmd_files(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     vram, ram = free_memory() if args.fit else (None, 0)
     rows: list[dict[str, Any]] = []
+    checks = args.checks if args.fit else 0  # header reads are bounded: a repo may list thousands of files
     for e in listing.entries:
         fit = ""
-        if args.fit:
+        if args.fit and checks <= 0:
+            fit = "not checked (--checks)"
+        elif args.fit:
+            checks -= 1
             try:
                 fit = entry_fit(e, free_vram=vram, free_ram=ram, n_ctx=args.ctx).label
             except UserError as exc:  # one file's header (gated, unreadable) does not stop the list
@@ -306,11 +310,14 @@ def cmd_files(args: argparse.Namespace) -> int:
             quant = r["quant"]
             print(f"{quant}:")
         parts = f"{r['parts']} parts" if r["parts"] > 1 else ""
-        print(f"  {r['name']:<60} {_gb(r['size']):>8}  {parts:<8} {r['fit']}".rstrip())
+        print(f"  {printable(r['name']):<60} {_gb(r['size']):>8}  {parts:<8} {printable(r['fit'])}".rstrip())
     if not rows:
         print(f"{listing.repo_id} has no GGUF model files")
     for note in listing.notes:
-        print(f"note: {note}")
+        print(f"note: {printable(note)}")
+    if args.fit and len(rows) > args.checks:
+        print(f"note: --fit read the headers of the first {args.checks} of {len(rows)} models; "
+              "--checks N reads more")
     return 0
 
 
@@ -347,13 +354,13 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     good = [c for c in found if c.compatible]
     print("Compatible drafts (best first):" if good else "No compatible draft found.")
     for c in good:
-        print(f"  {c.ref}  {_gb(c.size)}, {c.ratio:.1f}x smaller ({c.source})"
-              + (f"; {c.note}" if c.note else ""))
+        print(f"  {printable(c.ref)}  {_gb(c.size)}, {c.ratio:.1f}x smaller ({c.source})"
+              + (f"; {printable(c.note)}" if c.note else ""))
     refused = [c for c in found if not c.compatible]
     if refused:
         print("Refused:")
     for c in refused:
-        print(f"  {c.ref}  {c.ratio:.1f}x smaller ({c.source}): {c.reason}")
+        print(f"  {printable(c.ref)}  {c.ratio:.1f}x smaller ({c.source}): {printable(c.reason)}")
     if good and good[0].entry is not None:
         print(f"pull with: specchat models pull {good[0].ref}", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from specchat.errors import printable
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import Keychain, ServerConfig, ServerList, servers_file
@@ -66,7 +67,7 @@ def cmd_servers(args: argparse.Namespace) -> int:
         for s in listed if not args.json else ():
             extra = [x for x in (s.model and f"model {s.model}", not s.verify_tls and "TLS not verified",
                                  s.dcgm_url and "GPU exporter") if x]
-            print(f"{s.name:<20} {s.url}" + (f"  ({', '.join(extra)})" if extra else ""))
+            print(f"{s.name:<20} {s.url}" + (f"  ({printable(', '.join(extra))})" if extra else ""))
         return 0
     if command == "check":
         return _check(servers.resolve(args.server), keys, as_json=args.json)
@@ -98,11 +99,11 @@ def _check(server: ServerConfig, keys: Keychain, *, as_json: bool) -> int:
                                              "n_max", "metrics", "vram", "build", "notes")}
         print(json.dumps(doc, indent=1))
         return 0
-    print(f"{server.name}: {caps.describe()}")
+    print(f"{server.name}: {printable(caps.describe())}")
     print(f"  live rounds: {'rebuilt from the stream' if caps.per_round else 'no'}; server counters: "
           f"{'yes' if caps.metrics else 'no'}; GPU memory: {'yes' if caps.vram else 'no'}")
     for note in caps.notes:
-        print(f"  note: {note}")
+        print(f"  note: {printable(note)}")
     return 0
 
 
@@ -140,7 +141,7 @@ def bench_servers(args: argparse.Namespace, prompts, local_contenders, print_tab
             if flag:
                 backend = open_from_args(args, flag)
                 backends.append(backend)
-                print(f"{label}: {backend.info.server.summary if backend.info.server else backend.info.backend}",
+                print(f"{label}: {printable(backend.info.server.summary if backend.info.server else backend.info.backend)}",
                       flush=True)
 
                 def run(prompt, backend=backend):

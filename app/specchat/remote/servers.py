@@ -19,6 +19,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from specchat import files
+from specchat.bounded_json import loads
+from specchat.errors import one_line
 from specchat.profile import Profile
 
 from .errors import ServerError
@@ -40,7 +42,11 @@ def check_url(url: str, what: str = "the server URL") -> str:
     text = url.strip()
     if not text or len(text) > 2048 or any(not c.isprintable() or c.isspace() for c in text):
         raise ServerError(f"{what} is not a URL: {text[:80]!r}")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # "http://[::1": an IPv6 host without its closing bracket
+        raise ServerError(f"{what} is not a URL: {text[:80]!r} (an IPv6 host goes in brackets: "
+                          "http://[::1]:8080)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServerError(f"{what} must start with http:// or https:// and name a host (got {text[:80]!r})")
     try:
@@ -49,6 +55,13 @@ def check_url(url: str, what: str = "the server URL") -> str:
         raise ServerError(f"{what} has a bad port: {text[:80]!r}") from None
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ServerError(f"{what} must not carry a query, a fragment or a password (keys go in the keychain)")
+    import httpx2  # the client's own parser, stricter than urlsplit ("http://[::1]x", "http://[v1.x]")
+
+    try:
+        httpx2.URL(text)
+    except (httpx2.InvalidURL, ValueError, TypeError) as exc:
+        raise ServerError(f"{what} is not a URL the client can use: {text[:80]!r} ({one_line(str(exc), 80)})"
+                          ) from None
     base = text.rstrip("/")
     return base[:-3] if base.endswith("/v1") else base
 
@@ -132,7 +145,8 @@ class ServerList:
         """Add or replace ``server`` (by name), keeping every other entry as it is on disk now."""
         def change(servers: dict[str, ServerConfig]) -> None:
             if server.name not in servers and len(servers) >= MAX_SERVERS:
-                raise ServerError(f"{self.path}: at most {MAX_SERVERS} servers")
+                raise ServerError(f"{self.path} already holds {len(servers)} servers (at most {MAX_SERVERS}): "
+                                  f"{server.name} is not added; remove one first ('specchat servers remove NAME')")
             servers[server.name] = server
         self._update(change)
 
@@ -182,8 +196,8 @@ def _parse(raw: bytes, too_big: bool) -> tuple[dict[str, ServerConfig], str]:
     if too_big:
         return {}, f"larger than {MAX_SERVERS_BYTES} bytes"
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        doc = loads(raw.decode("utf-8"))
+    except ValueError:  # bad UTF-8 or JSON, or nested deeper than bounded_json allows
         return {}, "not valid JSON"
     if not isinstance(doc, dict) or not isinstance(doc.get("servers"), list):
         return {}, "not a server list"
@@ -191,7 +205,9 @@ def _parse(raw: bytes, too_big: bool) -> tuple[dict[str, ServerConfig], str]:
     if not isinstance(version, int) or isinstance(version, bool) or version > VERSION:
         return {}, f"written by a newer SpecChat (version {version!r})"
     out: dict[str, ServerConfig] = {}
-    for entry in doc["servers"][:MAX_SERVERS]:
+    # every entry, also past MAX_SERVERS (a hand-edited file): the next write keeps them all, and adding
+    # is refused while the list is full (the file's byte cap bounds the count)
+    for entry in doc["servers"]:
         try:
             server = ServerConfig.from_json(entry)
         except ServerError as exc:
