@@ -84,8 +84,9 @@ from huggingface_hub.file_download import (
 )
 from huggingface_hub.utils import WeakFileLock, build_hf_headers, get_session, hf_raise_for_status
 
+from specchat.bounded_json import TooDeep, loads
 from specchat.cancel import Cancelled, CancelToken, DeadlinePassed, call_cancellable, start_daemon
-from specchat.errors import UserError
+from specchat.errors import UserError, one_line
 
 from .hub_names import HubNameError, check_commit, check_etag, check_filename, check_repo_id, check_revision
 
@@ -382,9 +383,31 @@ def raise_for_error_status(response: httpx2.Response) -> None:
         body += piece
         if len(body) >= ERROR_BODY_MAX:
             break
-    # the raw bytes, with no Content-Encoding left to inflate them: the quote stays 64 KiB at most
-    headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length")}
-    hf_raise_for_status(httpx2.Response(response.status_code, headers=headers, content=bytes(body[:ERROR_BODY_MAX]),
+    raise_hub_error(response, bytes(body[:ERROR_BODY_MAX]))
+
+
+def raise_hub_error(response: httpx2.Response, body: bytes) -> None:
+    """huggingface_hub's error for an answer of 400 or more whose body (at most ERROR_BODY_MAX bytes) is
+    ``body``: the hub's ``X-Error-Code`` decides the kind, and what the body says is quoted.
+
+    huggingface_hub reads the body itself with ``json.loads`` and walks it unchecked: a body nested a
+    thousand levels deep is a RecursionError, bytes that are not UTF-8 a UnicodeDecodeError, a JSON array
+    or number an AttributeError.  So it is given a body of SpecChat's making: ``{"error": "<one line>"}``
+    from the hub's ``error`` text (read through :mod:`specchat.bounded_json`), or the text of a page
+    that is not JSON."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = loads(text)
+    except TooDeep:
+        said = ""
+    except ValueError:  # not JSON: a proxy's page, quoted unless it is HTML (as huggingface_hub does)
+        said = "" if "html" in response.headers.get("Content-Type", "").lower() else text
+    else:
+        error = doc.get("error") if isinstance(doc, dict) else None
+        said = error if isinstance(error, str) else ""
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("content-encoding", "content-length", "content-type")}
+    hf_raise_for_status(httpx2.Response(response.status_code, headers=headers, json={"error": one_line(said, 300)},
                                         request=response.request))
 
 

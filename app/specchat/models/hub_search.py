@@ -38,7 +38,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import build_hf_headers, get_session
 
 from specchat.bounded_json import loads
 from specchat.errors import UserError
@@ -54,7 +54,15 @@ from .fit import (
     split_count,
 )
 from .gguf_header import GGUFError
-from .hub import ERROR_BODY_MAX, HUB_ERRORS, DownloadError, HubFile, HubUnreachableError, in_background
+from .hub import (
+    ERROR_BODY_MAX,
+    HUB_ERRORS,
+    DownloadError,
+    HubFile,
+    HubUnreachableError,
+    in_background,
+    raise_hub_error,
+)
 from .hub_names import HubNameError, check_repo_id, check_revision
 from .remote import HEADER_CAP, HEADER_DEADLINE_S, fetch_header
 
@@ -160,9 +168,7 @@ def _api_get(url: str, params: list[tuple[str, str | int | float | bool | None]]
                     body += piece
                     if len(body) >= ERROR_BODY_MAX:
                         break
-                hf_raise_for_status(httpx2.Response(response.status_code, headers=response.headers,
-                                                    content=bytes(body[:ERROR_BODY_MAX]),
-                                                    request=response.request))
+                raise_hub_error(response, bytes(body[:ERROR_BODY_MAX]))
             data = bytearray()
             for piece in response.iter_bytes():
                 data += piece
