@@ -84,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = ApiServer(api, args.host, args.port, sock)
         server.start()
         card = lane.card()
+        assert card is not None  # the lane is open until run() ends
         print(f"specchat: serving {card.id} at {server.url} (mode {args.mode}"
               f"{', API key required' if key else ''}); Ctrl-C stops", flush=True)
         if args.host not in LOCAL_HOSTS:

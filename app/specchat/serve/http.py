@@ -257,7 +257,7 @@ class Api:
 
     async def _whole(self, request: Request, answer: wire.Answer, events: asyncio.Queue[Delivered],
                      cancel: CancelToken, record: ApiRecord) -> Response:
-        async def collect() -> Delivered:
+        async def collect() -> Done | Failed:
             while True:
                 ev = await events.get()
                 if isinstance(ev, Started):

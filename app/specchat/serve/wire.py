@@ -320,7 +320,8 @@ class Answer:
 
     def usage_chunk(self) -> dict[str, Any]:
         """The last chunk of a stream asked with ``include_usage``: no choices, the usage and SpecChat's figures."""
-        out = {"id": self.id, "object": "chat.completion.chunk" if self.endpoint == "chat" else "text_completion",
+        out: dict[str, Any] = {
+               "id": self.id, "object": "chat.completion.chunk" if self.endpoint == "chat" else "text_completion",
                "created": self.created, "model": self.model, "choices": [], "usage": self.usage()}
         out["specchat"] = self.speculation()
         return out
