@@ -8,6 +8,7 @@ not import the engine, so the type lives here; ``specchat.engine.settings`` re-e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -56,6 +57,8 @@ class StructuredOutput:
         """The cheap checks (kind, size, text present); :func:`check_structured` parses it too."""
         if self.kind not in _KINDS:
             raise GrammarError(f"structured output must be one of: none, json_schema, grammar (not {self.kind!r})")
+        if not isinstance(self.text, str):
+            raise GrammarError(f"the structured output's text must be text, not {type(self.text).__name__}")
         if not self.active:
             return
         if not self.text.strip():
@@ -85,14 +88,44 @@ class SamplingSettings:
         return self.temperature <= 0.0
 
     def validate(self) -> None:
+        """ValueError (one line naming the field) unless every number is of its declared type, finite and
+        in its range, and the structured output is sound.  The one gate: the command line, a chat's stored
+        settings, the settings dialog, the engine and a server's request all call it, so ``nan`` or
+        ``inf`` (which no comparison below refuses: every one is False) never reaches a sampler."""
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, not {_shown(value)}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value}")
+        for name, (lo, hi, what) in _INT_FIELDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be a whole number, not {_shown(value)}")
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be {what}, not {_shown(value)}")
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
         if not 0 <= self.min_p < 1:
             raise ValueError("min_p must be in [0, 1)")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 = off)")
         if self.repeat_penalty <= 0:
             raise ValueError("repeat_penalty must be > 0")
+        if not isinstance(self.structured, StructuredOutput):
+            raise ValueError(f"structured must be a StructuredOutput, not {_shown(self.structured)}")
         self.structured.validate()
+
+
+_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repeat_penalty")
+INT32_MAX = (1 << 31) - 1  # llama.cpp takes top_k and the repeat window as int32_t
+# (lowest, highest, the range in words): the seed is any 64-bit value (the engine takes its low 32 bits,
+# a server its own width), so a chat stored with any seed a user typed still reads
+_INT_FIELDS = {"top_k": (0, INT32_MAX, f"from 0 (off) to {INT32_MAX}"),
+               "repeat_last_n": (-1, INT32_MAX, f"from -1 (the whole context) to {INT32_MAX}"),
+               "seed": (-(1 << 63), (1 << 64) - 1, "a 64-bit whole number")}
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
