@@ -296,3 +296,13 @@ def test_a_chat_on_another_specchat_keeps_its_mode_and_reads_what_speculation_di
     theirs = s.backend.ends[1].stats.counts
     assert (mine.drafted, mine.accepted) == (theirs.drafted, theirs.accepted) and theirs.drafted > 0
     assert plain[-1].stats.counts.drafted == 0
+
+
+def test_a_stream_held_open_and_never_read_does_not_hold_up_the_next_client():
+    spec = FakeSpec(answer_tokens=3000, n_ctx=4096)
+    with Served(spec) as s:
+        held = _raw_stream(s.url, {"messages": HELLO, "stream": True, "max_tokens": 3000})  # never read
+        _wait(lambda: len(s.backend.ends) == 1)  # its answer was given whole, into a stream nobody reads
+        r = s.client().chat.completions.create(model="x", messages=HELLO, max_tokens=5)
+        assert r.usage.completion_tokens == 5
+        held.close()
