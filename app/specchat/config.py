@@ -22,16 +22,13 @@ one warning names it and the file, and every save writes it back as it was.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import textwrap
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat import files
+from specchat import files, toml_doc
 from specchat.engine.settings import ControllerSettings
 from specchat.errors import UserError
 from specchat.modes import MENU_NAMES, MODES_HELP
@@ -102,8 +99,13 @@ class Setting:
                 raise ConfigError(f"{self.key}: must be a finite number (got {_short(value)})")
             value = float(value)
             self._check_range(value)
-        elif isinstance(d, str) and not isinstance(value, str):
-            raise ConfigError(f"{self.key}: must be text (got {_short(value)})")
+        elif isinstance(d, str):
+            if not isinstance(value, str):
+                raise ConfigError(f"{self.key}: must be text (got {_short(value)})")
+            try:
+                toml_doc.string(value)  # what the file could not hold (a lone surrogate) is refused here
+            except ValueError as exc:
+                raise ConfigError(f"{self.key}: {exc}") from None
         return value
 
     def _check_range(self, value: float) -> None:
@@ -234,23 +236,8 @@ def example_toml() -> str:
 
 
 def _toml_value(v: object) -> str:
-    """``v`` as TOML reads it back: what the schema holds, and whatever an unknown key held (tables
-    inline, dates and times as TOML writes them)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # JSON's escapes are TOML's
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, int | float):
-        return repr(v)  # nan and inf are TOML too
-    return str(getattr(v, "isoformat", lambda: v)())  # datetime, date, time: what tomllib gave
-
-
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+    """``v`` as TOML reads it back (:func:`specchat.toml_doc.value`: every string escaped, tables inline)."""
+    return toml_doc.value(v)
 
 
 def _render(values: Mapping[str, object], unknown: Mapping[str, object]) -> str:
@@ -259,8 +246,21 @@ def _render(values: Mapping[str, object], unknown: Mapping[str, object]) -> str:
     lines += [f"{s.key} = {_toml_value(values[s.key])}" for s in SCHEMA if values[s.key] != s.default]
     if unknown:
         lines.append("# not settings of this SpecChat version: kept as they were")
-        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in unknown.items()]
+        lines += [f"{toml_doc.key(k)} = {_toml_value(v)}" for k, v in unknown.items()]
     return "\n".join(lines) + "\n"
+
+
+def _checked_render(path: Path, values: Mapping[str, object], unknown: Mapping[str, object]) -> str:
+    """The file a save writes, read back first: never a file SpecChat would then refuse (ConfigError)."""
+    try:
+        text = _render(values, unknown)
+        read = _parse_config_text(path, text.encode("utf-8"))
+        same = _render(_defaults() | read.values, read.unknown) == text  # so NaN in an unknown key compares
+    except (ConfigError, ValueError) as exc:
+        raise ConfigError(f"{path}: not saved: the file would not read back ({_one_line(exc)})") from None
+    if not same:
+        raise ConfigError(f"{path}: not saved: the file would not read back as written")
+    return text
 
 
 def _defaults() -> dict[str, object]:
@@ -364,8 +364,8 @@ def _parse_config_text(path: Path, raw: bytes) -> ConfigFile:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = toml_doc.loads(text)  # nesting bounded; every failure of the parser is a ValueError
+    except ValueError as exc:
         raise ConfigError(f"{path}: not valid TOML ({_one_line(exc)})") from None
     out: dict[str, object] = {}
     unknown: dict[str, object] = {}
@@ -473,7 +473,7 @@ class AppConfig:
                     check_rules(merged)
                 except ConfigError as exc:
                     raise ConfigError(f"{self.path}: not saved: {exc}") from None
-                files.write_text_atomically(self.path, _render(merged, on_disk.unknown))
+                files.write_text_atomically(self.path, _checked_render(self.path, merged, on_disk.unknown))
         except files.FileBusyError as exc:
             raise ConfigError(f"{exc} (not saved)") from None
         except OSError as exc:

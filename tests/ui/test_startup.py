@@ -64,6 +64,8 @@ BAD_CONFIGS = {
     "invalid UTF-8": b'theme = "\xff\xfe"\n',
     "NaN": b"p_min = nan\n",
     "k_min above k_max": b"k_min = 6\nk_max = 3\n",
+    "nested 1000 deep": b"x = " + b"[" * 1000 + b"]" * 1000 + b"\n",  # before: a 3,000-line traceback
+    "a table 600 deep": b"[" + b".".join([b"a"] * 600) + b"]\nb = 1\n",
 }
 
 

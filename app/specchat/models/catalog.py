@@ -20,12 +20,12 @@ overwriting it.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat import toml_doc
 from specchat.errors import UserError
 
 from .hub_names import HubNameError, check_filename, check_repo_id
@@ -39,6 +39,7 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 NAME_MAX = 200  # characters of a pair's name
 NOTE_MAX = 500  # of a licence or gated note
 DRAFT_MAX_RANGE = (1, 64)
+MAX_FILE_BYTES = 1 << 50  # a model file's size: 1 PiB, far past any GGUF
 # llama-server's --spec-type values a catalog pair may name: its drafter is a trained head that only the
 # llama-server SpecChat starts can draft with (models/drafter_heads.py says which from the header)
 SPEC_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
@@ -167,8 +168,8 @@ def _model(raw: object, at: str) -> CatalogModel:
     except HubNameError as exc:
         raise CatalogError(f"{at}: {exc}") from None
     size, sha = raw.get("size"), raw.get("sha256")
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        raise CatalogError(f"{at}: 'size' of {file} must be a number of bytes (got {_shown(repr(size))})")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES):
+        raise CatalogError(f"{at}: 'size' of {file} must be a number of bytes up to 1 PiB (got {_shown(repr(size))})")
     if sha is not None and (not isinstance(sha, str) or not _SHA256.fullmatch(sha)):
         raise CatalogError(f"{at}: 'sha256' of {file} must be 64 hex digits (got {_shown(repr(sha))})")
     return CatalogModel(repo, file, size, sha)
@@ -262,14 +263,14 @@ def _read_toml(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise CatalogError(f"{path}: not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return toml_doc.loads(text)  # nesting bounded; every failure of the parser is a ValueError
+    except ValueError as exc:
         raise CatalogError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from None
 
 
 def _shipped() -> list[CatalogPair]:
     text = resources.files(__package__).joinpath("catalog.toml").read_text(encoding="utf-8")
-    return _parse(tomllib.loads(text), "shipped catalog", user=False)
+    return _parse(toml_doc.loads(text), "shipped catalog", user=False)
 
 
 def _merge(shipped: list[CatalogPair], mine: list[CatalogPair]) -> list[CatalogPair]:
@@ -311,16 +312,9 @@ def find_pair(pair_id: str, pairs: list[CatalogPair]) -> CatalogPair:
 
 
 def toml_string(s: str) -> str:
-    """``s`` as a TOML basic string: quote, backslash and every control character escaped."""
-    out = []
-    for c in s:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{ord(c):04X}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
+    """``s`` as a TOML basic string: quote, backslash and every character that is not printable escaped
+    (:func:`specchat.toml_doc.string`)."""
+    return toml_doc.string(s)
 
 
 def _entry_toml(pair_id: str, target: CatalogModel, drafts: list[CatalogModel], name: str, task: str) -> str:
@@ -345,8 +339,8 @@ def _current_text(user_file: Path) -> tuple[str, Path | None]:
         return "", None
     try:
         text = user_file.read_bytes().decode("utf-8-sig")
-        tomllib.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        toml_doc.loads(text)
+    except ValueError:  # not UTF-8, not TOML, nested too deep
         try:
             return "", move_aside(user_file)
         except OSError as exc:
@@ -374,7 +368,7 @@ def add_user_pair(pair_id: str, target: CatalogModel, drafts: list[CatalogModel]
     entry = _entry_toml(pair_id, target, drafts, name or pair_id, task)
     with locked(user_file):
         old, moved = _current_text(user_file)
-        mine, _problems = _entries(tomllib.loads(old), str(user_file), user=True)
+        mine, _problems = _entries(toml_doc.loads(old), str(user_file), user=True)
         if any(p.id == pair_id for p in mine):
             raise CatalogError(f"'{pair_id}' is already in {user_file}")
         text = old + ("" if not old or old.endswith("\n") else "\n") + ("\n" if old else "") + entry
@@ -389,8 +383,8 @@ def add_user_pair(pair_id: str, target: CatalogModel, drafts: list[CatalogModel]
 def _check_reads_back(text: str, user_file: Path, pair_id: str, name: str) -> None:
     """What is about to be written must parse, with the new entry in it exactly as given."""
     try:
-        mine, _problems = _entries(tomllib.loads(text), str(user_file), user=True)
-    except tomllib.TOMLDecodeError as exc:
+        mine, _problems = _entries(toml_doc.loads(text), str(user_file), user=True)
+    except ValueError as exc:
         raise CatalogError(f"{user_file}: cannot add to it without breaking it ({' '.join(str(exc).split())}); "
                            "fix it or move it aside") from None
     if [(p.id, p.name) for p in mine if p.id == pair_id] != [(pair_id, name)]:
