@@ -6,7 +6,8 @@ cache) goes through these three functions:
 - :func:`write_text_atomically`: a unique temp file in the same directory, flushed and
   fsynced, then renamed over the target, so a reader (or a kill -9 at any moment) sees
   the old file or the new one, never half of one, and two processes never share a
-  temp name;
+  temp name; only a regular file is ever replaced (a symbolic link is written through to
+  its target; a folder, a device or a link to one is refused: :func:`writable_target`);
 - :func:`locked`: the cross-process lock for a read-modify-write (``NAME.lock`` beside
   the file), so concurrent processes merge their changes instead of overwriting;
 - :func:`move_aside`: a damaged file is renamed ``NAME.corrupt-YYYYmmdd-HHMMSS``, never
@@ -23,9 +24,11 @@ Qt-free and a leaf: it imports nothing of the app but the error type.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,23 +49,62 @@ class FileBusyError(UserError):
     """Another process held a file's lock for longer than the timeout."""
 
 
+class NotARegularFile(OSError):
+    """The path names something a write must never replace: a directory, a device, a FIFO, a socket, or a
+    symbolic link whose target is not a regular file (``strerror`` says which, in words)."""
+
+
+def writable_target(path: Path) -> Path:
+    """Where a write of ``path`` lands: ``path`` itself, or for a symbolic link the regular file it points
+    to (so the link stays a link); a path not there yet is created.  :class:`NotARegularFile` for anything
+    that is not a regular file (as root, ``os.replace`` would put a regular file over ``/dev/null``);
+    other OSError when it cannot be looked at."""
+    path = Path(path)
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):  # a link to nothing: writing through it would create its target, unasked
+            raise NotARegularFile(errno.ENOENT, "a symbolic link to nothing", str(path)) from None
+        return target
+    if not stat.S_ISREG(mode):
+        what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        where = "a symbolic link to " + what if os.path.islink(path) else what
+        raise NotARegularFile(errno.EEXIST, f"{where}, not a regular file", str(path))
+    return target
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of one.
 
     The temp file has a unique name in the same directory (two processes never share
     one), is flushed to disk, then renamed over ``path``; on any failure it is removed
-    and ``path`` is untouched.  Raises OSError.
+    and ``path`` is untouched.  Only a regular file is ever replaced: a symbolic link is
+    written through (its target replaced, the link kept), anything else is refused
+    (:func:`writable_target`).  Raises OSError.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """:func:`write_text_atomically` for bytes (an image, an export)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = writable_target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if path.exists():  # keep the file's permissions (a new file stays 0600, private like the data)
             with contextlib.suppress(OSError):
                 os.chmod(tmp, path.stat().st_mode & 0o7777)
+        if writable_target(path) != path:  # changed into a link or a device meanwhile: leave it alone
+            raise NotARegularFile(errno.EEXIST, "changed while it was written", str(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

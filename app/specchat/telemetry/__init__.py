@@ -8,7 +8,15 @@ token.  :mod:`.export` writes the round-level records as CSV or JSON.  Per-task-
 totals are the store's job (:func:`specchat.store.task_table`), not repeated here.
 """
 
-from .export import export_csv, export_json, telemetry_document, write_rounds_csv
+from .export import (
+    ExportError,
+    export_csv,
+    export_json,
+    export_rounds,
+    telemetry_document,
+    write_export,
+    write_rounds_csv,
+)
 from .recorder import ALL_CHATS, TelemetryRecorder
 from .records import (
     METRIC_DEFINITIONS,
@@ -35,9 +43,9 @@ from .samplers import (
 )
 
 __all__ = [
-    "ALL_CHATS", "METRIC_DEFINITIONS", "NO_GPU", "ROUND_FIELDS", "AnswerRecord", "FallbackMarker",
+    "ALL_CHATS", "METRIC_DEFINITIONS", "NO_GPU", "ROUND_FIELDS", "AnswerRecord", "ExportError", "FallbackMarker",
     "GpuMemory", "MemorySample", "MemorySampler", "MemorySeries", "MemoryShare", "NvmlSampler", "RamSampler",
     "RingBuffer", "RoundRecord", "RoundSeries", "RunningNumbers", "TelemetryRecorder", "TelemetrySnapshot",
-    "default_sampler", "estimated_shares", "export_csv", "export_json", "telemetry_document",
-    "write_rounds_csv",
+    "default_sampler", "estimated_shares", "export_csv", "export_json", "export_rounds", "telemetry_document",
+    "write_export", "write_rounds_csv",
 ]

@@ -6,8 +6,11 @@ values are empty cells and flags are 1/0.  JSON is for anyone who wants to check
 numbers: it carries the metric definitions the numbers follow, the running totals of
 the scope, each answer's engine totals and the same round rows (unknown values null).
 
-Files are written next to their destination and renamed into place, so an export that
-fails half-way never leaves a truncated file under the user's chosen name.
+Files are written next to their destination and renamed into place (:func:`specchat.files.write_text_atomically`),
+so an export that fails half-way never leaves a truncated file under the user's chosen name; only a
+regular file is ever replaced (a symbolic link is written through to its file; a folder, a device or
+a link to one is refused).  Every failure is one :class:`ExportError` line naming the file and why,
+which the window shows, as it shows where an export went.
 """
 
 from __future__ import annotations
@@ -15,19 +18,24 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from specchat import files
+from specchat.errors import UserError
+
 from .recorder import ALL_CHATS, TelemetryRecorder
 from .records import METRIC_DEFINITIONS, ROUND_FIELDS, AnswerRecord, RoundRecord
 
 FORMAT = "specchat-telemetry"
 FORMAT_VERSION = 1
+
+
+class ExportError(UserError):
+    """An export that was not written: one line naming the file and why (nothing was left under its name)."""
 
 
 def round_row(record: RoundRecord) -> dict[str, Any]:
@@ -83,23 +91,22 @@ def telemetry_document(recorder: TelemetryRecorder, chat_id: Any = ALL_CHATS) ->
     }
 
 
-def _write_atomically(dest: Path, text: str) -> None:
-    dest = Path(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+def write_export(dest: Path | str, data: str | bytes) -> Path:
+    """Write an export (text, or an image's bytes) to ``dest`` atomically; the file written, or
+    :class:`ExportError`: a folder, a device or a link to one at ``dest``, a folder that cannot be written."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        files.write_bytes_atomically(Path(dest), data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise ExportError(f"could not export to {dest}: {exc.strerror or exc}") from None
+    return Path(dest)
 
 
 def export_csv(recorder: TelemetryRecorder, dest: Path | str, *, chat_id: Any = ALL_CHATS) -> int:
-    """Write one chat's rounds (or all since start) to ``dest`` as CSV; returns the number of rows."""
+    """Write one chat's rounds (or all since start) to ``dest`` as CSV; returns the number of rows
+    (:class:`ExportError` when it cannot)."""
     buf = io.StringIO()
     n = write_rounds_csv(recorder.rounds(chat_id), buf)
-    _write_atomically(Path(dest), buf.getvalue())
+    write_export(dest, buf.getvalue())
     return n
 
 
@@ -110,5 +117,15 @@ def export_json(recorder: TelemetryRecorder, dest: Path | str, *, chat_id: Any =
     (unknown values are null).
     """
     doc = telemetry_document(recorder, chat_id)
-    _write_atomically(Path(dest), json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n")
+    write_export(dest, json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n")
     return doc
+
+
+def export_rounds(recorder: TelemetryRecorder, dest: Path | str, *, chat_id: Any = ALL_CHATS) -> str:
+    """Export to ``dest``, as JSON when its name ends in ``.json``, else as CSV; the line that says where
+    the rounds went ("exported 16 rounds to PATH"), or :class:`ExportError` saying why not."""
+    if str(dest).lower().endswith(".json"):
+        n = len(export_json(recorder, dest, chat_id=chat_id)["rounds"])
+    else:
+        n = export_csv(recorder, dest, chat_id=chat_id)
+    return f"exported {n} round{'' if n == 1 else 's'} to {dest}"

@@ -25,7 +25,7 @@ from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import ServerList, servers_file
 from specchat.services.answers import AnswerNotice
 from specchat.store import ChatSettings, StoreError
-from specchat.telemetry.export import export_csv, export_json
+from specchat.telemetry.export import ExportError, export_rounds
 from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import PairInfo
 
@@ -76,6 +76,7 @@ class WindowSession(Protocol):
 TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the window state
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text is tinted
+EXPORT_LINE_MS = 30_000  # where an export went, or why it could not: long enough to read a path
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
 
@@ -93,6 +94,7 @@ class MainWindow(QMainWindow):
         self.resize(1200, 800)
         self.telemetry = TelemetryPanel(session.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
+        self.telemetry.said.connect(lambda line: self.statusBar().showMessage(line, EXPORT_LINE_MS))
         self.resizeDocks([self.telemetry], [TELEMETRY_WIDTH], Qt.Orientation.Horizontal)  # the chat gets the rest
         self.chats = ChatList(self.store, self.answers, self)
         self.pane = ChatPane(self.store, self.answers)
@@ -423,8 +425,11 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Export this chat's rounds", "specchat-chat-rounds.csv",
                                               "CSV (*.csv);;JSON (*.json)")
         if path:
-            (export_json if path.endswith(".json") else export_csv)(self.session.recorder, path,
-                                                                    chat_id=self.chat_id)
+            try:
+                line = export_rounds(self.session.recorder, path, chat_id=self.chat_id)
+            except ExportError as exc:  # a folder, a device, a read-only folder: why, in one line
+                line = str(exc)
+            self.statusBar().showMessage(line, EXPORT_LINE_MS)
 
     def about(self) -> None:
         from specchat.workers.generation import backend_info

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from specchat.metrics import MIN_PLAIN_RUNS
 from specchat.telemetry import TelemetryRecorder
-from specchat.telemetry.export import export_csv, export_json
+from specchat.telemetry.export import ExportError, export_rounds, write_export
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
 
 from .plots import PLOTS, PlotSpec, nice_ceiling
@@ -94,6 +94,7 @@ class _TimedPlots(pg.GraphicsLayoutWidget):
 
 class TelemetryPanel(QDockWidget):
     warning = Signal(str)  # what to tell the user in the status bar
+    said = Signal(str)  # where an export or a saved image went, or why it could not (one line, the status bar)
 
     def __init__(self, recorder: TelemetryRecorder, sampler: MemorySampler | None = None, parent=None) -> None:
         super().__init__("Telemetry", parent)
@@ -405,9 +406,29 @@ class TelemetryPanel(QDockWidget):
         if not on:
             self.repaint_now()
 
-    def save_png(self, path: str) -> None:
+    def save_png(self, path: str) -> str:
+        """The plots as a PNG at ``path`` (a regular file only, written atomically); the line that says
+        where it went or why not, also emitted as :attr:`said`."""
         self.repaint_now()
-        self.plots.grab().save(path)
+        image = QByteArray()
+        buffer = QBuffer(image)
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        self.plots.grab().save(buffer, "PNG")
+        buffer.close()
+        return self._tell(lambda: f"saved the plots to {write_export(path, bytes(image.data()))}")
+
+    def export_rounds(self, path: str) -> str:
+        """Every round since start to ``path`` (JSON for a ``.json`` name, else CSV); the line that says
+        where they went or why not, also emitted as :attr:`said`."""
+        return self._tell(lambda: export_rounds(self.recorder, path))
+
+    def _tell(self, do) -> str:  # noqa: ANN001 (the export, returning its line)
+        try:
+            line = do()
+        except ExportError as exc:
+            line = str(exc)
+        self.said.emit(line)
+        return line
 
     def _save_png(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save plots", "specchat-telemetry.png", "PNG (*.png)")
@@ -418,7 +439,7 @@ class TelemetryPanel(QDockWidget):
         path, _ = QFileDialog.getSaveFileName(self, "Export rounds since start", "specchat-rounds.csv",
                                               "CSV (*.csv);;JSON (*.json)")
         if path:
-            (export_json if path.endswith(".json") else export_csv)(self.recorder, path)
+            self.export_rounds(path)
 
     # -- shown or hidden ----------------------------------------------------------------------
     # The timers run while the panel is shown and stop while it is hidden, whatever shows or hides
