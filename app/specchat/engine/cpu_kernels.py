@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specchat import bounded_json
 from specchat.engine import amx_off
 from specchat.errors import UserError, exit_description, one_line
 from specchat.files import write_text_atomically
@@ -311,7 +312,7 @@ def _forced() -> CpuVerdict | None:
 
 def _read_kept(path: Path, key: str) -> CpuVerdict | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = bounded_json.loads(path.read_text(encoding="utf-8"))  # a deep file is damaged, not a crash
         if not isinstance(doc, dict) or doc.get("key") != key:
             return None
         v = doc["verdict"]

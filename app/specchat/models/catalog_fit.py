@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
+from specchat import bounded_json
 from specchat.cancel import CancelToken
 from specchat.files import read_capped, write_text_atomically
 
@@ -120,7 +121,7 @@ def _load(path: Path, key: str, *, pinned: bool) -> ModelFacts | None:
     """The cached facts, or None when absent, stale or not exactly what this module writes."""
     try:
         raw, more = read_capped(path, CACHE_MAX_BYTES)
-        doc = json.loads(raw) if not more else None
+        doc = bounded_json.loads(raw) if not more else None  # a file nested too deep: damaged, not a crash
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("key") != key:
