@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 EXIT_BAD_INPUT = 2
 EXIT_ALREADY_RUNNING = 1
 EXIT_BUG = 1
+DAMAGED_LINE_MS = 60_000  # what reading the chats repaired, in the status bar
 ERRORS_LOG = "errors.log"  # DATA/errors.log: the tracebacks of SpecChat's bugs (slot_errors.py)
 QUIT = "Quit"
 MOVE_ASIDE = "Move it aside and start fresh"
@@ -191,14 +192,20 @@ def _start(app: QApplication, profile: Profile, config_path: Path | None, prompt
             print(f"specchat: {last_crash.line()}", file=sys.stderr)
         enable_crash_log(profile.data_dir)
         apply_theme(str(config["theme"]))
-        session = AppSession(store, config, registry, profile=profile,
-                             window_state=QSettings(str(profile.config_dir / "window.ini"),
-                                                    QSettings.Format.IniFormat),
-                             last_crash=last_crash, work=NativeWork(profile.data_dir))
+        with collect_warnings() as read_damaged:  # rows the window's first reads repaired (store/records.py)
+            session = AppSession(store, config, registry, profile=profile,
+                                 window_state=QSettings(str(profile.config_dir / "window.ini"),
+                                                        QSettings.Format.IniFormat),
+                                 last_crash=last_crash, work=NativeWork(profile.data_dir))
     except BaseException:
         store.close()  # the session owns it once it stands
         raise
     session.window.show()
+    for text in read_damaged:
+        print(f"specchat: {text}", file=sys.stderr)
+    if read_damaged:  # the window is up: one line in its status bar, not a dialog per row
+        more = f" (and {len(read_damaged) - 1} more)" if len(read_damaged) > 1 else ""
+        session.window.statusBar().showMessage(read_damaged[0] + more, DAMAGED_LINE_MS)
     slot_errors = SlotErrors(lambda line: session.window.statusBar().showMessage(line, 30_000),
                              profile.data_dir / ERRORS_LOG)
     try:
