@@ -13,13 +13,20 @@ for while another streams waits in line, in order, and starts when the one befor
 done; if its chat uses another pair, that pair is loaded first.  Nothing is stored for a
 waiting answer until it starts, so stopping it (or closing the app) leaves the chat as it
 was.
+
+An :class:`ExternalAnswer` (a request of the window's OpenAI-compatible API, handed over by
+:mod:`specchat.services.api`) waits in the same line.  At its turn it is answered by whatever
+backend is loaded (a load under way is waited for; none is a 503), its events go to its
+``deliver`` and to the telemetry recorder (marked :data:`API_CHAT`), and nothing of it is
+stored in the chats.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -37,15 +44,22 @@ from specchat.engine import (
     TokenOrigin,
     TokensEmitted,
 )
-from specchat.engine.events import GenerationStats
+from specchat.engine.answer import AnswerRequest
+from specchat.engine.cancel import CancelToken
+from specchat.engine.events import GenerationStats, StopReason
 from specchat.engine.progress import LoadProgress
 from specchat.metrics import Counts
+from specchat.serve.lane import Deliver, Failed
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
 
+log = logging.getLogger(__name__)
 FLUSH_MS = 250  # the store commits at most twice a second; polling at 4 Hz keeps slow answers saved too
 RETRY_MS = 2000  # an answer the database refused (disk full) is tried again this often
+API_CHAT = "api"  # the telemetry recorder's chat id of the API's answers (a chat's id is an int)
+NO_MODEL = "no model is loaded: load a pair in SpecChat first"
+CLOSING = "SpecChat is closing"
 
 
 class Phase(StrEnum):
@@ -122,6 +136,24 @@ class LiveAnswer:
             self.writer.append(answer, thought, origins)
 
 
+class ExternalAnswer:
+    """A request from outside the chats (the API) in the line: its request, where its events go, the
+    asker's cancel token (its client went away) and who asked.  Read by the AnswerService only."""
+
+    chat_id = API_CHAT
+
+    def __init__(self, request: AnswerRequest, deliver: Deliver, cancel: CancelToken, client: str = "") -> None:
+        self.request = request
+        self.deliver = deliver
+        self.cancel = cancel
+        self.client = client
+        self.phase = Phase.WAITING
+        self.request_id = 0
+
+
+Job = LiveAnswer | ExternalAnswer
+
+
 class AnswerService(QObject):
     """Owns every answer: a line of waiting answers and the one streaming."""
 
@@ -145,8 +177,8 @@ class AnswerService(QObject):
         self.service = service
         self.recorder = recorder
         self._pair_config = pair_config
-        self._queue: deque[LiveAnswer] = deque()
-        self._current: LiveAnswer | None = None
+        self._queue: deque[Job] = deque()
+        self._current: Job | None = None
         self._loaded: BackendConfig | None = None
         self._loading: BackendConfig | None = None
         self._held: tuple[Path, ...] = ()  # a pair the last run died in: loaded only when an answer asks
@@ -168,19 +200,30 @@ class AnswerService(QObject):
 
     def answer(self, chat_id: int) -> LiveAnswer | None:
         """The chat's answer in progress (waiting, loading or streaming), if any."""
-        if self._current is not None and self._current.chat_id == chat_id:
+        if isinstance(self._current, LiveAnswer) and self._current.chat_id == chat_id:
             return self._current
-        return next((a for a in self._queue if a.chat_id == chat_id), None)
+        return next((a for a in self._queue if isinstance(a, LiveAnswer) and a.chat_id == chat_id), None)
 
     def busy_chats(self) -> dict[int, Phase]:
-        out = {a.chat_id: Phase.WAITING for a in self._queue}
-        if self._current is not None:
+        out = {a.chat_id: Phase.WAITING for a in self._queue if isinstance(a, LiveAnswer)}
+        if isinstance(self._current, LiveAnswer):
             out[self._current.chat_id] = self._current.phase
         return out
 
     @property
     def current(self) -> LiveAnswer | None:
-        return self._current
+        """The chat answer at the head of the line (None while an API request has its turn)."""
+        return self._current if isinstance(self._current, LiveAnswer) else None
+
+    @property
+    def external(self) -> ExternalAnswer | None:
+        """The API request at the head of the line (waiting for a load, or answering), if one is."""
+        return self._current if isinstance(self._current, ExternalAnswer) else None
+
+    @property
+    def external_waiting(self) -> int:
+        """API requests in line behind the head."""
+        return sum(1 for a in self._queue if isinstance(a, ExternalAnswer))
 
     @property
     def loaded_pair(self) -> BackendConfig | None:
@@ -203,6 +246,15 @@ class AnswerService(QObject):
         self.queueChanged.emit()
         self._pump()
         return live
+
+    def ask_external(self, job: ExternalAnswer) -> None:
+        """Put an API request in line after the answers already asked (see :class:`ExternalAnswer`)."""
+        if self._closed:
+            _deliver(job, Failed(CLOSING, 503))
+            return
+        self._queue.append(job)
+        self.queueChanged.emit()
+        self._pump()
 
     def stop(self, chat_id: int) -> None:
         """Stop the chat's answer: a streaming one keeps its text, a waiting one is dropped."""
@@ -247,12 +299,19 @@ class AnswerService(QObject):
             self.preload(settings)
 
     def shutdown(self) -> None:
-        """Closing: the streaming answer is kept as "stopped" with its text; waiting ones are dropped."""
+        """Closing: the streaming answer is kept as "stopped" with its text; waiting ones are dropped (an API
+        request is told that SpecChat is closing)."""
         self._closed = True
+        waiting = [job for job in self._queue if isinstance(job, ExternalAnswer)]
         self._queue.clear()
         live, self._current = self._current, None
         self._flush.stop()
-        if live is not None:
+        if isinstance(live, ExternalAnswer):
+            self.service.cancel()
+            if self.recorder is not None and live.request_id:
+                self.recorder.abandon(live.request_id)
+            waiting.insert(0, live)
+        elif live is not None:
             self.service.cancel()
             if live.writer is not None and not live.writer.finished:
                 self._unsaved.append((live.writer, "stopped", None))
@@ -260,6 +319,8 @@ class AnswerService(QObject):
                 self.recorder.abandon(live.request_id)
         self._save_unsaved()  # what the database still refuses stays "streaming": the next start keeps it as stopped
         self._retry.stop()
+        for job in waiting:
+            _deliver(job, Failed(CLOSING, 503))
 
     # -- the line -----------------------------------------------------------------------
 
@@ -282,6 +343,9 @@ class AnswerService(QObject):
         while self._current is None and self._queue and not self._closed:
             live = self._queue.popleft()
             self._current = live
+            if isinstance(live, ExternalAnswer):
+                self._start_external(live)
+                continue
             try:
                 config = self._pair_config(live.settings)
             except ValueError as exc:
@@ -330,6 +394,35 @@ class AnswerService(QObject):
         self.changed.emit(live.chat_id)
         self.queueChanged.emit()
 
+    def _start_external(self, job: ExternalAnswer) -> None:
+        """An API request's turn: on the backend loaded (after the load under way), stored nowhere."""
+        if job.cancel.cancelled:  # its client went away while it waited
+            self._end_external(job, Done(StopReason.CANCELLED, GenerationStats.empty(job.request.mode)))
+        elif self._loading is not None:
+            job.phase = Phase.LOADING  # _on_pair_loaded or _on_pair_failed goes on
+            self.queueChanged.emit()
+        elif self.pair_info is None:
+            self._end_external(job, Failed(NO_MODEL, 503))
+        else:
+            self._submit_external(job)
+
+    def _submit_external(self, job: ExternalAnswer) -> None:
+        r = job.request
+        if r.reasoning is not None and self.pair_info is not None and not self.pair_info.supports_reasoning_switch:
+            r = replace(r, reasoning=None)  # as a chat's: the switch goes only to a template that has it
+        job.phase = Phase.STREAMING
+        job.request_id = self.service.submit(linked=job.cancel, **{f.name: getattr(r, f.name) for f in fields(r)})
+        if self.recorder is not None:
+            self.recorder.begin(job.request_id, API_CHAT, mode=r.mode.value)
+        self.queueChanged.emit()
+
+    def _end_external(self, job: ExternalAnswer, last: Done | Failed) -> None:
+        """The request's last event told; the next in line starts (the caller pumps when it loops)."""
+        if self._current is job:
+            self._current = None
+        _deliver(job, last)
+        self.queueChanged.emit()
+
     def _history(self, chat_id: int, s: ChatSettings) -> tuple[dict[str, str], ...]:
         msgs = [{"role": "system", "content": s.system_prompt}] if s.system_prompt else []
         for m in self.store.messages(chat_id):
@@ -359,7 +452,7 @@ class AnswerService(QObject):
         self.load_progress = step
         self.pairProgress.emit(step)
         live = self._current
-        if live is not None and live.phase is Phase.LOADING:
+        if isinstance(live, LiveAnswer) and live.phase is Phase.LOADING:
             self.changed.emit(live.chat_id)  # its footer says how far the load it waits for is
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
@@ -372,7 +465,13 @@ class AnswerService(QObject):
             self.recorder.reset_plain_rate()
         self.pairLoaded.emit(info)
         live = self._current
-        if live is not None and live.phase is Phase.LOADING:
+        if isinstance(live, ExternalAnswer) and live.phase is Phase.LOADING:
+            if live.cancel.cancelled:
+                self._end_external(live, Done(StopReason.CANCELLED, GenerationStats.empty(live.request.mode)))
+                self._pump()
+            else:
+                self._submit_external(live)
+        elif isinstance(live, LiveAnswer) and live.phase is Phase.LOADING:
             self._start(live)
 
     def _on_pair_failed(self, message: str) -> None:
@@ -381,7 +480,10 @@ class AnswerService(QObject):
         self.pair_info = None
         self.pairFailed.emit(message)
         live = self._current
-        if live is not None and live.phase is Phase.LOADING:
+        if isinstance(live, ExternalAnswer) and live.phase is Phase.LOADING:
+            self._end_external(live, Failed(f"the pair did not load: {message}", 503))
+            self._pump()
+        elif isinstance(live, LiveAnswer) and live.phase is Phase.LOADING:
             self._fail(live, message)
             self._pump()
 
@@ -389,6 +491,9 @@ class AnswerService(QObject):
         live = self._current
         if live is None or rid != live.request_id:
             return  # a stopped or abandoned request: stale results never reach the screen
+        if isinstance(live, ExternalAnswer):
+            self._on_external_event(live, ev)
+            return
         if self.recorder is not None:
             self.recorder.feed(rid, live.chat_id, ev)
         if isinstance(ev, Started):
@@ -407,6 +512,15 @@ class AnswerService(QObject):
         elif isinstance(ev, Done):
             self._finish(live, ev)
 
+    def _on_external_event(self, job: ExternalAnswer, ev: object) -> None:
+        if self.recorder is not None:
+            self.recorder.feed(job.request_id, API_CHAT, ev)  # the panel plots the API's answers live
+        if isinstance(ev, Done):
+            self._end_external(job, ev)
+            self._pump()
+        else:
+            _deliver(job, ev)  # the backend's events: Started and the engine's
+
     def _finish(self, live: LiveAnswer, done: Done) -> None:
         self._current = None
         self._flush.stop()
@@ -423,7 +537,7 @@ class AnswerService(QObject):
 
     def _poll_writer(self) -> None:
         live = self._current
-        if live is not None and live.writer is not None:
+        if isinstance(live, LiveAnswer) and live.writer is not None:
             live.writer.poll()
             self._stop_if_unsaved(live)
 
@@ -466,6 +580,16 @@ class AnswerService(QObject):
         self._unsaved = still
         if not still:
             self._retry.stop()
+
+
+def _deliver(job: ExternalAnswer, ev: object) -> None:
+    """Hand an event to the API's side; a failure there is a bug of its own, never the line's: the request
+    is given up (its token cancelled) and the line goes on."""
+    try:
+        job.deliver(ev)  # type: ignore[arg-type]
+    except Exception:
+        log.exception("an API request's delivery failed")
+        job.cancel.cancel()
 
 
 def _same(config: BackendConfig, other: BackendConfig | None) -> bool:

@@ -207,13 +207,17 @@ class GenerationService(QObject):
         self.current_load = next(self._loads)
         self._load.emit(self.current_load, config, self._load_cancel)
 
-    def submit(self, **request) -> int:
-        """Start a generation (cancelling any running one); returns its request id."""
+    def submit(self, *, linked: CancelToken | None = None, **request) -> int:
+        """Start a generation (cancelling any running one); returns its request id.  ``linked``: a token of
+        the asker's own (an API client's) whose cancel stops this generation too, within one round, from
+        whichever thread cancels it."""
         self.cancel()
         rid = next(self._ids)
         self.current_request = rid
-        self._cancel = CancelToken()
-        self._generate.emit(rid, AnswerRequest(**request), self._cancel)
+        self._cancel = token = CancelToken()
+        if linked is not None:
+            linked.on_cancel(token.cancel)  # this request's token, never a later one's
+        self._generate.emit(rid, AnswerRequest(**request), token)
         return rid
 
     def cancel(self) -> None:
