@@ -421,3 +421,18 @@ def test_deleting_removes_a_downloaded_file_with_its_links_and_never_a_users_own
     assert reg.delete(own, cache) == 0  # removed from the library only
     assert ggufs[1].exists()
     assert [m.path for m in Registry(tmp_path / "registry.json").models()] == [imported_from_cache.path]
+
+
+def test_a_record_from_before_trained_drafters_is_read_again_for_its_kind(tmp_path, ggufs):
+    reg_path = tmp_path / "registry.json"
+    Registry(reg_path).add(ggufs[0])
+    doc = json.loads(reg_path.read_text())
+    for record in doc["models"].values():  # as SpecChat wrote it before issue 34 kept the drafter kind
+        del record["drafter"]
+    reg_path.write_text(json.dumps(doc))
+    reg = Registry(reg_path)
+    assert not reg.models()[0].details_known  # the Library asks for its header again
+    assert reg.fill_details() == 1
+    assert Registry(reg_path).models()[0].details_known
+    assert "drafter" in json.loads(reg_path.read_text())["models"][str(ggufs[0].resolve())]
+    assert reg.fill_details() == 0

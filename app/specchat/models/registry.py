@@ -27,7 +27,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 
 from specchat import files
@@ -68,6 +68,8 @@ class InstalledModel:
     # a trained drafter's --spec-type ("draft-mtp", "draft-eagle3", ...: models/drafter_heads.py), "" for a
     # model that answers on its own, or in a record written before issue 34 (unknown)
     drafter: str = ""
+    # False for a record written before issue 34 kept ``drafter``: its header is read again (fill_details)
+    drafter_read: bool = field(default=True, compare=False)
 
     def is_current(self) -> bool:
         try:
@@ -101,8 +103,9 @@ class InstalledModel:
 
     @property
     def details_known(self) -> bool:
-        """False for a record written before the header's context length and quantisation were kept."""
-        return bool(self.quant)
+        """False for a record written before the header's context length and quantisation were kept, or
+        before it said whether the file is a trained drafter."""
+        return bool(self.quant) and self.drafter_read
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,7 @@ class RebuildReport:
 # the rule a cached pair verdict was reached by: 2 checks a trained head as llama.cpp does (issue 34),
 # where 1 (no "rule" field) compared tokenizers only; a verdict of another rule is checked again
 PAIR_RULE = 2
-_FIELD_NAMES = tuple(f.name for f in fields(InstalledModel))
+_FIELD_NAMES = tuple(f.name for f in fields(InstalledModel) if f.name != "drafter_read")  # what a record holds
 _OPTIONAL = {"source", "added", "context_length", "quant", "total_size", "drafter"}  # absent from older records
 _REQUIRED = set(_FIELD_NAMES) - _OPTIONAL
 
@@ -297,7 +300,7 @@ def _record(path: Path, *, source: str, added: float) -> dict:
     header = headers[0]
     st = path.stat()
     total = st.st_size + sum(p.stat().st_size for p in part_paths(path, len(headers))[1:])
-    return asdict(InstalledModel(
+    record = asdict(InstalledModel(
         path=str(path), size=st.st_size, mtime_ns=st.st_mtime_ns,
         name=header.get_str("general.name", path.stem), architecture=header.architecture,
         n_vocab=len(header.get_tokens()), source=source, added=added,
@@ -305,6 +308,8 @@ def _record(path: Path, *, source: str, added: float) -> dict:
         quant=_quant(header, PurePosixPath(source).name if source else path.name), total_size=total,
         drafter=_drafter(header),
     ))
+    del record["drafter_read"]  # how this record was read, not a field of it
+    return record
 
 
 def _drafter(header: GGUFHeader) -> str:
@@ -363,7 +368,8 @@ def _resolved(path: str | Path) -> str:
 
 
 def _model(record: dict) -> InstalledModel:
-    return InstalledModel(**{k: record[k] for k in _FIELD_NAMES if k in record})
+    return InstalledModel(**{k: record[k] for k in _FIELD_NAMES if k in record},
+                          drafter_read="drafter" in record)
 
 
 class Registry:
