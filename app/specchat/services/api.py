@@ -19,6 +19,7 @@ Nothing of an API request is stored in the chats.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import replace
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -30,7 +31,7 @@ from specchat.engine.events import Done
 from specchat.engine.settings import ControllerSettings, Mode, SamplingSettings
 from specchat.errors import UserError
 from specchat.remote.servers import KEYRING_SERVICE
-from specchat.serve.http import LOCAL_HOSTS, Api, ApiRecord, ApiServer, Traffic
+from specchat.serve.http import LOCAL_HOSTS, RECENT, Api, ApiRecord, ApiServer, Traffic
 from specchat.serve.lane import DEFAULT_SAMPLING, WAITING, Deliver, Delivered, Failed, ModelCard
 from specchat.serve.wire import ApiError
 from specchat.workers.generation import PairInfo
@@ -230,6 +231,7 @@ class ApiService(QObject):
         self.traffic.listeners.append(self._recorded.emit)
         self._recorded.connect(self._on_record, Qt.ConnectionType.QueuedConnection)
         self.requests = 0  # requests that ended since the app started
+        self.recent: deque[ApiRecord] = deque(maxlen=RECENT)  # the newest of them (the requests view's rows)
         self._api: Api | None = None
         self._server: ApiServer | None = None
         settings.changed.connect(self._config_changed)
@@ -302,6 +304,7 @@ class ApiService(QObject):
 
     def _on_record(self, record: ApiRecord) -> None:
         self.requests += 1
+        self.recent.append(record)
         self.record.emit(record)
 
     def _config_changed(self, change: ConfigChange) -> None:

@@ -29,6 +29,7 @@ from specchat.telemetry.export import ExportError, export_rounds
 from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import PairInfo
 
+from .api_requests import ApiRequestsDialog
 from .chat_list import ChatList
 from .chat_pane import ChatPane
 from .fitting import ElidedLabel
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from specchat.native_work import LastCrash
     from specchat.profile import Profile
     from specchat.services.answers import AnswerService
+    from specchat.services.api import ApiService
     from specchat.services.download import DownloadService
     from specchat.services.hub import HubTasks
     from specchat.services.settings import SettingsHolder
@@ -61,6 +63,7 @@ class WindowSession(Protocol):
 
     store: Store
     answers: AnswerService
+    api: ApiService  # the OpenAI-compatible server of the loaded pair (Models → Serve the API)
     config: AppConfig
     settings: SettingsHolder  # the settings in force, and their change signal
     recorder: TelemetryRecorder
@@ -77,6 +80,8 @@ TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the w
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text is tinted
 EXPORT_LINE_MS = 30_000  # where an export went, or why it could not: long enough to read a path
+EVERYWHERE_WARNING = ("The API server now listens on every network interface: any machine that can reach this one "
+                      "can use its models through it.")
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
 
@@ -89,6 +94,9 @@ class MainWindow(QMainWindow):
         self.store = session.store
         self.commands = ChatCommands(session.store)  # the window's writes: new, delete, undo, settings
         self.answers = session.answers
+        self.api = session.api
+        self._api_requests: ApiRequestsDialog | None = None  # View → API requests…, while open
+        self.everywhere_warning: QMessageBox | None = None  # the last warning that the API is open to others
         self._window_state = window_state  # where size, splitters and docks are kept (None: not kept)
         self.setWindowTitle("SpecChat")
         self.resize(1200, 800)
@@ -108,7 +116,12 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(split)
         self.pair_status = ElidedLabel("no model loaded")  # a long pair name elides, never widens the window
         self.memory_status = QLabel()
+        self.api_status = QLabel()  # "API http://127.0.0.1:8177/v1 · 3 requests" while it serves
+        self.api_status.setToolTip("SpecChat answers OpenAI-compatible requests with the loaded pair; "
+                                   "View → API requests… lists them")
+        self.api_status.hide()
         self.statusBar().addWidget(self.pair_status, 1)
+        self.statusBar().addPermanentWidget(self.api_status)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
         tint = self._saved_tint()
@@ -141,6 +154,9 @@ class MainWindow(QMainWindow):
         self.answers.notice.connect(self._on_notice)
         self.answers.idle.connect(self._preload_shown)
         session.settings.changed.connect(self._config_changed)
+        self.api.stateChanged.connect(self._show_api)
+        self.api.record.connect(lambda _record: self._show_api())
+        self.api.failed.connect(lambda line: self.statusBar().showMessage(f"the API is off: {line}", 30_000))
         self._memory_timer = QTimer(self, interval=2000)
         self._memory_timer.timeout.connect(self._update_memory)
         self._memory_timer.start()
@@ -305,7 +321,7 @@ class MainWindow(QMainWindow):
         dialog.exec()
 
     def edit_app_settings(self) -> None:
-        dialog = SettingsDialog(self.config, self)
+        dialog = SettingsDialog(self.config, self, api=self.api)
         if dialog.exec() and dialog.result_config is not None:
             self.session.set_config(dialog.result_config)  # the listeners take it: _config_changed
             if dialog.notes:
@@ -315,6 +331,8 @@ class MainWindow(QMainWindow):
         """New app settings are in force: the theme, and the pair when a key it is loaded with changed."""
         if "theme" in change.keys:
             self._show_theme(str(change.new["theme"]))
+        if "api_everywhere" in change.keys and change.new["api_everywhere"]:
+            self._warn_everywhere()
         if change.reloads_pair:
             # the next answer (or now, if idle) loads the pair with the new context, layers and thresholds
             self.answers.reload(self.pane.settings() if self.chat_id is not None else None)
@@ -354,6 +372,50 @@ class MainWindow(QMainWindow):
 
     def show_task_table(self) -> None:
         TaskTableDialog(self.store, self).exec()
+
+    # -- the API server ---------------------------------------------------------------------------
+
+    def set_api(self, on: bool) -> None:
+        """Models → Serve the API: the loaded pair answers OpenAI-compatible requests, in the chats' line."""
+        if on and not self.api.running:
+            self.api.start()  # a port in use: failed says it in the status bar, and _show_api unticks
+        elif not on and self.api.running:
+            self.api.stop()
+        self._show_api()
+
+    def _show_api(self) -> None:
+        """The status bar's line and the menu's tick say whether it serves (also after it moved or failed)."""
+        running = self.api.running
+        action = self.actions_by_slot.get("set_api")
+        if action is not None and action.isChecked() != running:
+            action.blockSignals(True)  # only the tick: set_api is the user's word
+            action.setChecked(running)
+            action.blockSignals(False)
+        self.api_status.setVisible(running)
+        if running:
+            n = self.api.requests
+            where = " (every interface)" if self.api.everywhere else ""
+            self.api_status.setText(f"API {self.api.url}{where} · {n} request{'' if n == 1 else 's'}")
+
+    def show_api_requests(self) -> None:
+        """View → API requests…: a window that lists them as they end (one, raised if open)."""
+        if self._api_requests is None:
+            dialog = ApiRequestsDialog(self.api, self)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.destroyed.connect(lambda: setattr(self, "_api_requests", None))
+            self._api_requests = dialog
+        self._api_requests.show()
+        self._api_requests.raise_()
+        self._api_requests.activateWindow()
+
+    def _warn_everywhere(self) -> None:
+        """api_everywhere was turned on: said once, when it is."""
+        key = "An API key is set." if self.api.has_key() else "No API key is set: set one in Settings → App settings."
+        box = QMessageBox(QMessageBox.Icon.Warning, "API on every interface", f"{EVERYWHERE_WARNING} {key}",
+                          QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.everywhere_warning = box
 
     def set_chat_list(self, shown: bool) -> None:
         """View → Chat list: hidden, the chat gets its room and the window may be narrower."""

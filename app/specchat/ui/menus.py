@@ -52,6 +52,8 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("Download a pair…", "open_downloads"),
         Entry("Import GGUF files…", "import_files"),
         Entry("Manage models…", "open_models"),
+        SEPARATOR,
+        Entry("Serve the API", "set_api", checkable=True),  # the loaded pair, OpenAI-compatible
     )),
     ("&Settings", (
         Entry("App settings…", "edit_app_settings"),
@@ -61,6 +63,7 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("Telemetry panel", "action:telemetry"),
         Entry("Chat list", "set_chat_list", ("Ctrl+Shift+L",), checkable=True),
         Entry("Speculation by task…", "show_task_table"),
+        Entry("API requests…", "show_api_requests"),
         Entry("Colour accepted draft tokens", "set_tint", checkable=True),
         Entry("Theme", "set_theme", choices=THEME_CHOICES),
     )),

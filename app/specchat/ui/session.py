@@ -20,6 +20,7 @@ from specchat.models.registry import Registry, RegistryError
 from specchat.native_work import LastCrash, NativeWork
 from specchat.profile import Profile
 from specchat.services.answers import AnswerService
+from specchat.services.api import ApiService
 from specchat.services.download import DownloadService
 from specchat.services.hub import HubTasks
 from specchat.services.settings import SettingsHolder
@@ -72,6 +73,10 @@ class AppSession:
                 forget_cpu_kernels()  # the kernels it trusted may be why: the next load probes them again
                 self.answers.hold_back(last_crash.files)
             self.settings.changed.connect(self._config_changed)  # first: the window's listener reads self.config
+            # the OpenAI-compatible server of the loaded pair (off until Models → Serve the API): its requests
+            # wait in the answers' line; its uvicorn thread runs only while it serves
+            self.api = ApiService(self.answers, self.settings)
+            self._started.append(self.api)
             self.window = MainWindow(self, sampler=sampler, window_state=window_state)
         except BaseException:
             # a failure after a thread started must end that thread before the exception travels on: Qt aborts
@@ -118,6 +123,7 @@ class AppSession:
         if self._closed:
             return
         self._closed = True
+        self.api.shutdown()  # first: its requests are told SpecChat closes, and no new one comes in
         self.answers.shutdown()
         self.window.telemetry.sampler.close()
         self.downloads.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase, QStandardItemModel
@@ -35,7 +36,7 @@ from specchat.engine.settings import (
     Structured,
     StructuredOutput,
 )
-from specchat.errors import collect_warnings
+from specchat.errors import UserError, collect_warnings
 from specchat.remote.errors import ServerError
 from specchat.remote.llama_server import MANAGED, find_llama_server, server_help, spec_type_offers
 from specchat.store import ChatSettings
@@ -92,10 +93,22 @@ def _value(w: QWidget) -> object:
     raise TypeError(f"not a settings field: {type(w).__name__}")
 
 
-class SettingsDialog(QDialog):
-    """Built from the declarative schema in :mod:`specchat.config`; saved to the config file."""
+class ApiKeys(Protocol):
+    """Where the API server's key is kept (:class:`specchat.services.api.ApiService`)."""
 
-    def __init__(self, config: AppConfig, parent=None) -> None:
+    def has_key(self) -> bool: ...
+
+    def set_key(self, key: str) -> None: ...
+
+
+API_KEY_NOTE = "kept in the OS keychain, never in a file; clients send 'Authorization: Bearer KEY'"
+
+
+class SettingsDialog(QDialog):
+    """Built from the declarative schema in :mod:`specchat.config`; saved to the config file.  With
+    ``api``, also the API server's key (in the OS keychain: the field never shows a stored one)."""
+
+    def __init__(self, config: AppConfig, parent=None, *, api: ApiKeys | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.config = config
@@ -108,6 +121,23 @@ class SettingsDialog(QDialog):
             w.setToolTip(s.help)
             self.fields[s.key] = w
             form.addRow(s.label, w)
+        self.api = api
+        self.api_key = QLineEdit()
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.no_api_key = QCheckBox("No key (clear the stored one)")
+        if api is not None:
+            kept = api.has_key()
+            self.api_key.setPlaceholderText("unchanged (a key is set)" if kept else
+                                            "none: any program that reaches the port may ask")
+            self.api_key.setToolTip(API_KEY_NOTE)
+            self.no_api_key.setVisible(kept)
+            self.no_api_key.toggled.connect(lambda on: self.api_key.setEnabled(not on))
+            row = QWidget()
+            h = QHBoxLayout(row)
+            h.setContentsMargins(0, 0, 0, 0)
+            h.addWidget(self.api_key, 1)
+            h.addWidget(self.no_api_key)
+            form.addRow("API server key", row)
         self.error = QLabel()
         self.error.setStyleSheet(f"color:{current().error}")
         form.addRow(self.error)
@@ -124,14 +154,25 @@ class SettingsDialog(QDialog):
         applied; the live config is never touched, so Cancel after an error leaves it as it was."""
         try:
             candidate = self.config.replaced(self.values())
+            self._save_api_key()
             with collect_warnings() as said:  # a file damaged on disk is moved aside first: say so
                 candidate.save()
-        except (ConfigError, OSError) as exc:
+        except (ConfigError, OSError, UserError) as exc:
             self.error.setText(str(exc))
             return
         self.notes = said  # the window shows them (a modal box here would stack two dialogs)
         self.result_config = candidate
         self.accept()
+
+
+    def _save_api_key(self) -> None:
+        """A key typed in replaces the stored one; "No key" clears it; an empty field leaves it."""
+        if self.api is None:
+            return
+        if not self.no_api_key.isHidden() and self.no_api_key.isChecked():
+            self.api.set_key("")
+        elif self.api_key.text():
+            self.api.set_key(self.api_key.text())
 
 
 class ChatSettingsDialog(QDialog):
