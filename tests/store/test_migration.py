@@ -41,7 +41,7 @@ def test_the_fixture_is_a_schema_1_file():
 
 def test_a_v1_answer_keeps_its_counts_and_figures(v1_path):
     with open_store(v1_path) as s:
-        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 6
         prime = by_title(s)["Prime numbers"]
         system, question, answer, question2, stopped = s.messages(prime.id)
         assert (system.role, question.role, answer.role) == ("system", "user", "assistant")

@@ -10,12 +10,13 @@ is turned into "stopped" at the next open, keeping its text.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,20 @@ from . import task_stats
 from .db import FTS_TABLE, StoreWriteError, connect, default_path, ensure_search_index, transaction
 from .records import (
     FINAL_STATES,
+    MAX_ATTACHMENTS,
+    MAX_MESSAGE_ATTACHMENT_BYTES,
     ROLES,
+    Attachment,
     Chat,
     ChatSettings,
     Message,
     MessageStats,
     MessageVersion,
+    NewAttachment,
+    check_attachments,
     format_spans,
     is_draft_text,
+    is_sha256,
     origin_chars,
 )
 
@@ -61,7 +68,7 @@ class Store:
     ) -> None:
         self.connection = conn
         self.uses_fts = fts  # False: search falls back to substring matching
-        self._told: set[tuple[str, int]] = set()  # the damaged rows already said (once per row and session)
+        self._told: set[tuple[str, int | str]] = set()  # the damaged rows already said (once per row and session)
         self.flush_interval = flush_interval  # default for AnswerWriter
         self.clock = clock  # monotonic, for flush timing
         self.now = now  # wall clock, for the timestamps users see
@@ -189,11 +196,15 @@ class Store:
 
     # -- messages -----------------------------------------------------------------------
 
-    def add_message(self, chat_id: int, role: str, content: str, *, reasoning: str = "") -> Message:
-        """Append a complete message (an assistant message added this way is "done")."""
+    def add_message(self, chat_id: int, role: str, content: str, *, reasoning: str = "",
+                    attachments: Sequence[NewAttachment] = ()) -> Message:
+        """Append a complete message (an assistant message added this way is "done"), with its files
+        (:meth:`attach`'s rules) in the same transaction: a refused file adds nothing."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
-        return self._insert_message(chat_id, role, content, reasoning, "done" if role == "assistant" else None)
+        files = check_attachments(attachments)
+        return self._insert_message(chat_id, role, content, reasoning, "done" if role == "assistant" else None,
+                                    files)
 
     def start_answer(self, chat_id: int) -> Message:
         """Create the empty assistant message that a streaming answer fills.
@@ -208,7 +219,8 @@ class Store:
         return AnswerWriter(self, message.id if isinstance(message, Message) else message,
                             flush_interval=flush_interval)
 
-    def _insert_message(self, chat_id: int, role: str, content: str, reasoning: str, state: str | None) -> Message:
+    def _insert_message(self, chat_id: int, role: str, content: str, reasoning: str, state: str | None,
+                        files: Sequence[NewAttachment] = ()) -> Message:
         now = self.now()
         with transaction(self.connection) as conn:
             try:
@@ -219,8 +231,106 @@ class Store:
                 )
             except sqlite3.IntegrityError as exc:  # the foreign key: no such chat
                 raise KeyError(f"no chat {chat_id}") from exc
+            message_id = _inserted_id(cur)
+            for position, file in enumerate(files):
+                self._link(conn, message_id, position, file, now)
             conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
-        return self.get_message(_inserted_id(cur))
+        return self.get_message(message_id)
+
+    # -- attachments: files in a message, their text stored once by its SHA-256 -----------------------
+    #
+    # The attachments API (export, import and backups use it too): attach / attachments /
+    # chat_attachments / attachment_data / attachment_text, and add_message(attachments=...).
+
+    def attach(self, message_id: int, name: str, mime: str, data: bytes) -> Attachment:
+        """Add a file to a message, after its other files; the text ``data`` (UTF-8 bytes) is stored once
+        however many messages hold it.  ValueError (one line) for a file or a message past the caps
+        (records.MAX_ATTACHMENT_BYTES, MAX_MESSAGE_ATTACHMENT_BYTES, MAX_ATTACHMENTS) or with no name;
+        KeyError for no such message."""
+        file = check_attachments([NewAttachment(name, mime, data)])[0]
+        with transaction(self.connection) as conn:
+            if conn.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone() is None:
+                raise KeyError(f"no message {message_id}")
+            count, total, top = conn.execute(
+                "SELECT count(*), coalesce(sum(size), 0), max(position) FROM attachments WHERE message_id = ?",
+                (message_id,)).fetchone()
+            if count + 1 > MAX_ATTACHMENTS:
+                raise ValueError(f"a message may hold at most {MAX_ATTACHMENTS} files")
+            if total + len(file.data) > MAX_MESSAGE_ATTACHMENT_BYTES:
+                raise ValueError(f"{file.name} would bring the message's files past "
+                                 f"{MAX_MESSAGE_ATTACHMENT_BYTES >> 20} MiB")
+            attachment_id = self._link(conn, message_id, 0 if top is None else top + 1, file, self.now())
+        return self._attachment(self.connection.execute("SELECT * FROM attachments WHERE id = ?",
+                                                        (attachment_id,)).fetchone())
+
+    @staticmethod
+    def _link(conn: sqlite3.Connection, message_id: int, position: int, file: NewAttachment, now: float) -> int:
+        digest = hashlib.sha256(file.data).hexdigest()
+        conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                     (digest, len(file.data), file.data))
+        cur = conn.execute(
+            "INSERT INTO attachments (message_id, position, name, mime, sha256, size, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)", (message_id, position, file.name, file.mime, digest, len(file.data), now))
+        return _inserted_id(cur)
+
+    def attachments(self, message_id: int) -> list[Attachment]:
+        """A message's files, in the order they were attached (no text: :meth:`attachment_data`)."""
+        rows = self.connection.execute("SELECT * FROM attachments WHERE message_id = ? ORDER BY position",
+                                       (message_id,)).fetchall()
+        return [self._attachment(r) for r in rows]
+
+    def chat_attachments(self, chat_id: int) -> dict[int, list[Attachment]]:
+        """The files of a chat's shown messages, by message id (messages without files are not keys)."""
+        rows = self.connection.execute(
+            "SELECT a.* FROM attachments a JOIN messages m ON m.id = a.message_id"
+            " WHERE m.chat_id = ? AND m.version_id IS NULL ORDER BY a.message_id, a.position", (chat_id,)).fetchall()
+        out: dict[int, list[Attachment]] = {}
+        for row in rows:
+            attachment = self._attachment(row)
+            out.setdefault(attachment.message_id, []).append(attachment)
+        return out
+
+    def attachment_data(self, attachment: Attachment | str) -> bytes:
+        """The bytes of a file's text (an :class:`Attachment` or its blob's SHA-256).  A blob that is gone
+        or whose bytes no longer hash to its key is damaged: read as empty, said once."""
+        digest = attachment if isinstance(attachment, str) else attachment.sha256
+        row = self.connection.execute("SELECT data FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+        data = None if row is None else row[0]
+        if isinstance(data, str):  # SQLite kept text where a BLOB belongs (another tool wrote it)
+            data = data.encode("utf-8", "surrogatepass")
+        if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != digest:
+            why = ("is missing" if row is None else "is not bytes" if not isinstance(data, bytes)
+                   else "no longer matches its SHA-256")
+            self._damaged("blobs", digest, f"attachment {digest[:12]}", f"the file's text {why}; read as empty")
+            return b""
+        return data
+
+    def attachment_text(self, attachment: Attachment | str) -> str:
+        """A file's text as a model reads it (bytes that are not UTF-8 read as U+FFFD)."""
+        return self.attachment_data(attachment).decode("utf-8", errors="replace")
+
+    def chat_size(self, chat_id: int) -> int:
+        """The bytes a chat holds: every message's text and reasoning (paged-away versions too) and every
+        file of its messages (counted per message, though a file's text is stored once)."""
+        row = self.connection.execute(
+            "SELECT coalesce(sum(length(CAST(content AS BLOB)) + length(CAST(reasoning AS BLOB))), 0)"
+            " + (SELECT coalesce(sum(length(CAST(content AS BLOB))), 0) FROM message_versions WHERE chat_id = ?)"
+            " + (SELECT coalesce(sum(a.size), 0) FROM attachments a JOIN messages m ON m.id = a.message_id"
+            "    WHERE m.chat_id = ?)"
+            " FROM messages WHERE chat_id = ?", (chat_id, chat_id, chat_id)).fetchone()
+        return int(row[0] or 0)
+
+    def _attachment(self, row: Mapping[str, Any]) -> Attachment:
+        attachment_id = row["id"]
+        cols = _Columns(row, lambda line: self._damaged("attachments", attachment_id, f"attachment {attachment_id}",
+                                                        line))
+        digest = cols.text("sha256")
+        if not is_sha256(digest):
+            cols.tell(f"sha256 is not a SHA-256 ({_shown(digest)}); its text reads as empty")
+            digest = "0" * 64
+        return Attachment(id=attachment_id, message_id=row["message_id"], position=cols.whole("position", 0),
+                          name=cols.text("name", "file") or "file", mime=cols.text("mime", "text/plain"),
+                          sha256=digest, size=max(0, cols.whole("size", 0)), created_at=cols.time("created_at"))
 
     def get_message(self, message_id: int) -> Message:
         row = self.connection.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
@@ -343,7 +453,7 @@ class Store:
 
     # -- reading rows: every column checked for its declared type; a damaged row is repaired, said once --
 
-    def _damaged(self, table: str, row_id: int, what: str, line: str) -> None:
+    def _damaged(self, table: str, row_id: int | str, what: str, line: str) -> None:
         """One line per damaged row and session (the list is read again at every refresh)."""
         if (table, row_id) not in self._told:
             self._told.add((table, row_id))

@@ -434,6 +434,82 @@ class MessageVersion:
     created_at: float
 
 
+# What one message may hold in files: the bytes of each file's text and of all of them together.  A
+# file past these is refused whole with one line (never cut): no local context holds more anyway.
+MAX_ATTACHMENT_BYTES = 1 << 20  # 1 MiB of text, about 250k tokens
+MAX_MESSAGE_ATTACHMENT_BYTES = 4 << 20
+MAX_ATTACHMENTS = 32  # files in one message
+MAX_NAME_CHARS = 255
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class NewAttachment:
+    """A file to attach: its name (no folder), its type and the text a model reads of it, as UTF-8 bytes
+    (a PDF's extracted text; see :mod:`specchat.attachments` for reading files)."""
+
+    name: str
+    mime: str
+    data: bytes
+
+    def checked(self) -> NewAttachment:
+        """This file with its name cleaned (the last path part, no control characters), or ValueError."""
+        if not isinstance(self.data, bytes | bytearray | memoryview):
+            raise ValueError(f"an attachment's data must be bytes, got {type(self.data).__name__}")
+        data = bytes(self.data)
+        name = clean_attachment_name(self.name)
+        if len(data) > MAX_ATTACHMENT_BYTES:
+            raise ValueError(f"{name} is {_size(len(data))}, {_size(len(data) - MAX_ATTACHMENT_BYTES)} over the "
+                             f"{_size(MAX_ATTACHMENT_BYTES)} a file may hold")
+        mime = " ".join(str(self.mime).split()).lower() or "text/plain"
+        return NewAttachment(name, mime[:MAX_NAME_CHARS], data)
+
+
+def clean_attachment_name(name: object) -> str:
+    """A file name as stored and shown: its last path part, control characters and outer spaces gone,
+    at most :data:`MAX_NAME_CHARS` characters; ValueError for nothing left."""
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]", "", str(name)).replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if not text or text in (".", ".."):
+        raise ValueError(f"an attachment needs a file name, got {_shown(name)}")
+    return text[:MAX_NAME_CHARS]
+
+
+def check_attachments(files: Iterable[NewAttachment]) -> list[NewAttachment]:
+    """The files of one message, each checked (:meth:`NewAttachment.checked`), within the message's caps."""
+    out = [f.checked() for f in files]
+    if len(out) > MAX_ATTACHMENTS:
+        raise ValueError(f"a message may hold at most {MAX_ATTACHMENTS} files, not {len(out)}")
+    total = sum(len(f.data) for f in out)
+    if total > MAX_MESSAGE_ATTACHMENT_BYTES:
+        raise ValueError(f"the files come to {_size(total)}; a message may hold at most "
+                         f"{_size(MAX_MESSAGE_ATTACHMENT_BYTES)}")
+    return out
+
+
+def _size(n: int) -> str:
+    """Bytes in words: "812 bytes", "200 KiB", "1.5 MiB"."""
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def is_sha256(text: object) -> bool:
+    return isinstance(text, str) and _SHA256.fullmatch(text) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file in a message, as stored: its blob's key (``sha256``) and size; the text is
+    :meth:`specchat.store.Store.attachment_data` (read separately: a chat's list of files stays small)."""
+
+    id: int
+    message_id: int
+    position: int  # its place among the message's files, from 0
+    name: str
+    mime: str
+    sha256: str  # the blob's key: the SHA-256 of its bytes, 64 lowercase hex digits
+    size: int  # bytes of text
+    created_at: float
+
+
 def origin_chars(origins: str | Iterable[object]) -> str:
     """Compress token origins to 'd'/'t' chars.
 

@@ -255,4 +255,32 @@ _V5: list[Step] = [
     "CREATE INDEX chats_trashed ON chats (trashed_at) WHERE trashed_at IS NOT NULL",
 ]
 
-MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+# Version 6 ("attachments"): files in a message.  A blob is the text a model reads of one file (a PDF's
+# extracted text, a source file's own), stored once by the SHA-256 of its bytes however many messages
+# hold it; an attachment links a message to a blob under the name and type the user gave it.  Deleting a
+# message (or its chat: the cascade) deletes its links, and the last link of a blob deletes the blob.
+_V6: list[Step] = [
+    """CREATE TABLE blobs (
+        sha256 TEXT PRIMARY KEY,             -- 64 lowercase hex digits of the SHA-256 of data
+        size INTEGER NOT NULL,               -- len(data)
+        data BLOB NOT NULL
+    )""",
+    """CREATE TABLE attachments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,           -- its place among the message's files, from 0
+        name TEXT NOT NULL,                  -- the file's name (no folder)
+        mime TEXT NOT NULL,                  -- the file's type, e.g. text/x-python, application/pdf
+        sha256 TEXT NOT NULL REFERENCES blobs (sha256),
+        size INTEGER NOT NULL,               -- bytes of the text (the blob's size)
+        created_at REAL NOT NULL,
+        UNIQUE (message_id, position)
+    )""",
+    "CREATE INDEX attachments_by_blob ON attachments (sha256)",
+    """CREATE TRIGGER attachments_blob_gc AFTER DELETE ON attachments BEGIN
+        DELETE FROM blobs WHERE sha256 = old.sha256
+            AND NOT EXISTS (SELECT 1 FROM attachments WHERE sha256 = old.sha256);
+    END""",
+]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
