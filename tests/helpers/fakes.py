@@ -28,7 +28,7 @@ from specchat.engine.chat import ChatFormat
 from specchat.engine.controller import CostModel
 from specchat.engine.pair import CancelToken, PairConfig, SpeculativePair
 from specchat.engine.progress import LoadPhase, LoadProgress, ProgressSink
-from specchat.engine.runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
+from specchat.engine.runtime import DecodeAborted, LlamaError, LoadCancelled, LoadedModel, ModelOptions
 
 EOT, IM_START = 256, 257
 SPECIALS = {"<|im_end|>": EOT, "<|im_start|>": IM_START}
@@ -162,6 +162,8 @@ class FakeModel(LoadedModel):
         self.shapes.append(len(tokens))
         if self.spec.decode_s:
             time.sleep(self.spec.decode_s)
+        if self.abort_token is not None and self.abort_token.cancelled:  # as llama.cpp's abort callback stops it
+            raise DecodeAborted(f"{self.path.name}: stopped")
         start = len(self.tokens)
         self.tokens.extend(tokens)
         if logits == "none":

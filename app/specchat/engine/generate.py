@@ -14,6 +14,7 @@ the loaded pair (:class:`PairDecodes`) and the answer around the rounds."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -32,7 +33,7 @@ from .events import (
     TokensEmitted,
 )
 from .round import Draft, Rounds, Verified
-from .runtime import LlamaError
+from .runtime import DecodeAborted, LlamaError
 from .sampling import TargetSampler
 from .settings import Drafter, GrammarError, Mode, SamplingSettings
 from .verify import accepted_count, sample_and_match
@@ -99,7 +100,21 @@ def generate(
     cancel: CancelToken | None = None,
 ) -> Iterator[Event]:
     """One answer: ``Prefilled`` and the first token, then round after round (:class:`~.round.Rounds` on
-    :class:`PairDecodes`) its tokens, its ``RoundStats`` and the controller's fallbacks; ``Done`` last."""
+    :class:`PairDecodes`) its tokens, its ``RoundStats`` and the controller's fallbacks; ``Done`` last.
+
+    ``cancel`` (the answer's Stop) is checked between rounds, and stops a decode under way within one graph
+    node, on the target and the draft (``LoadedModel.abort_on``): a Stop during a long prefill ends the
+    answer at once as ``CANCELLED``, both caches as they were before that decode."""
+    with contextlib.ExitStack() as aborts:
+        for model in (pair.target, pair.draft):
+            if model is not None:
+                aborts.enter_context(model.abort_on(cancel))
+        yield from _answer(pair, prompt, mode=mode, sampling=sampling, max_tokens=max_tokens, stop=stop,
+                           cancel=cancel)
+
+
+def _answer(pair: LoopPair, prompt: list[int], *, mode: Mode, sampling: SamplingSettings, max_tokens: int,
+            stop: Sequence[str], cancel: CancelToken | None) -> Iterator[Event]:
     mode = Mode(mode)
     target, controller = pair.target, pair.controller
     live = PairDecodes(pair, mode, sampling, prompt, max_tokens, stop)
@@ -123,6 +138,7 @@ def generate(
     for d in pair.drafters.values():
         d.start()
     controller.start_answer()
+    t_decode0: float | None = None
     try:
         # (a schema or grammar that cannot be used: GrammarError; a stop during its check: CANCELLED)
         live.sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
@@ -154,6 +170,10 @@ def generate(
                 stop_reason = StopReason.EOG if live.ended else StopReason.STOP_STRING
                 break
         yield from live.finish(stop_reason, time.perf_counter() - t_decode0)
+    except DecodeAborted:
+        # stopped inside a decode (the prefill, a draft, a verify): each model rolled its cache back to what
+        # it held, so the next answer reuses it; what was shown stays, as for a Stop between rounds
+        yield from live.finish(StopReason.CANCELLED, time.perf_counter() - t_decode0 if t_decode0 else 0.0)
     except (LlamaError, GrammarError) as exc:
         # the runtime rolled its cache back (the next answer's keep_prefix drops an unverified
         # draft); drop the draft's cache so it re-syncs next time

@@ -3,22 +3,26 @@
 One :class:`LoadedModel` is a model, its context and one batch allocated once.
 It mirrors what sits in the KV cache (``tokens``) so callers can append with
 :meth:`decode` and roll back with :meth:`trim`; every llama.cpp return code is
-checked and turned into :class:`LlamaError` with a one-line message.
+checked and turned into :class:`LlamaError` with a one-line message.  A decode under
+way stops within one graph node when the answer is stopped (:meth:`LoadedModel.abort_on`,
+llama.cpp's abort callback), a prefill of thousands of tokens included.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import re
 import threading
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -27,6 +31,9 @@ from specchat.engine import cpu_kernels
 from specchat.errors import UserError
 from specchat.models.gguf_header import GGUFError, validate_file
 
+if TYPE_CHECKING:
+    from specchat.cancel import CancelToken
+
 
 class LlamaError(UserError, RuntimeError):
     """llama.cpp refused or failed; the message is one line for the user."""
@@ -34,6 +41,11 @@ class LlamaError(UserError, RuntimeError):
 
 class LoadCancelled(LlamaError):
     """Loading was given up because the caller asked (a newer load, or the app closing)."""
+
+
+class DecodeAborted(LlamaError):
+    """A decode stopped part-way because the answer was stopped (:meth:`LoadedModel.abort_on`); the KV cache
+    holds what it held before the decode."""
 
 
 _log_lock = threading.Lock()
@@ -88,6 +100,57 @@ def _on_load_progress(cancelled: Callable[[], bool] | None, progress: Callable[[
         except Exception:
             traceback.print_exc()
     return not (cancelled is not None and cancelled())
+
+
+def _flag_reader() -> Callable[[ctypes.c_void_p], bool]:
+    """llama.cpp's abort callback, answering from a flag byte (:class:`_AbortFlag`): the C library's
+    ``strlen`` over a two-byte buffer (b"\\0\\0" is 0: go on; b"\\1\\0" is 1: stop).  The compute thread
+    calls it after every graph node (about 500 a decode of a 0.5B model); as C it takes no GIL, never
+    waits for another Python thread and never swallows a Ctrl+C that arrives in the main thread, as a
+    Python callback would (an exception in a ctypes callback is printed and dropped).  Where no C library
+    can be found, a Python callback reads the byte instead."""
+    address = None
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+        address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+    if address:
+        return llama_cpp.ggml_abort_callback(address)
+    return llama_cpp.ggml_abort_callback(lambda data: ctypes.string_at(data, 1) != b"\0")
+
+
+_ABORT_READER = _flag_reader()  # one for the process: every context's abort_callback points at it
+
+
+class _AbortFlag:
+    """The byte a context's abort callback reads (its ``abort_callback_data``): set by the answer's
+    CancelToken from the cancelling thread, cleared when the answer is over.  Both under one lock, so a
+    cancel that races the answer's end never leaves it set for the next decode."""
+
+    def __init__(self) -> None:
+        self.byte = ctypes.create_string_buffer(2)
+        self._lock = threading.Lock()
+        self._armed: object = None
+
+    @property
+    def data(self) -> ctypes.c_void_p:
+        return ctypes.cast(self.byte, ctypes.c_void_p)
+
+    def arm(self, token: object) -> Callable[[], None]:
+        """Arm for ``token``; the closer to run when it is cancelled (sets the byte while still armed)."""
+        with self._lock:
+            self._armed = token
+            self.byte[0] = b"\0"
+
+        def stop() -> None:
+            with self._lock:
+                if self._armed is token:
+                    self.byte[0] = b"\1"
+        return stop
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = None
+            self.byte[0] = b"\0"
 
 
 def init_backend() -> None:
@@ -160,6 +223,9 @@ class _Handles:
         self.model = model
         self.ctx: llama_cpp.llama_context_p | None = None
         self.batch: llama_cpp.llama_batch | None = None
+        # what the context's abort callback reads: kept here, alive until the context is freed
+        self.abort = _AbortFlag()
+        self.abort_callback = _ABORT_READER
 
     def free(self) -> None:
         if self.batch is not None:
@@ -188,6 +254,10 @@ class ModelOptions:
 
 class LoadedModel:
     """A model with one context (sequence 0) and a reusable batch."""
+
+    # the answer's stop while :meth:`abort_on` runs (None outside it); the flag its context's abort callback reads
+    abort_token: CancelToken | None = None
+    _abort: _AbortFlag | None = None
 
     def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, n_outputs: int = 0,
                  cancelled: Callable[[], bool] | None = None,
@@ -260,7 +330,11 @@ class LoadedModel:
             cparams.n_outputs_max = n_outputs
         if options.flash_attn is not None and hasattr(cparams, "flash_attn_type"):
             cparams.flash_attn_type = 1 if options.flash_attn else 0
+        # a decode stops within one graph node once the flag is set (abort_on): llama_decode returns 2
+        cparams.abort_callback = self._handles.abort_callback
+        cparams.abort_callback_data = self._handles.abort.data
         self._ctx = self._handles.ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._abort = self._handles.abort
         if not self._ctx:
             why = last_log_error()
             raise LlamaError(
@@ -368,6 +442,26 @@ class LoadedModel:
 
     # -- KV cache ---------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def abort_on(self, cancel: CancelToken | None) -> Iterator[None]:
+        """While the block runs, cancelling ``cancel`` stops a decode under way within one graph node (a
+        prefill of thousands of tokens, a verify batch): :meth:`decode` rolls the cache back to what it
+        held and raises :class:`DecodeAborted`, and the context stays usable.  A decode started after the
+        cancel stops at its first node.  Outside the block nothing aborts."""
+        if cancel is None:
+            yield
+            return
+        flag = self._abort
+        remove = cancel.on_cancel(flag.arm(cancel)) if flag is not None else (lambda: None)
+        self.abort_token = cancel
+        try:
+            yield
+        finally:
+            self.abort_token = None
+            remove()
+            if flag is not None:
+                flag.disarm()
+
     def decode(self, tokens: list[int], *, logits: str = "last") -> None:
         """Append ``tokens`` after what is in the KV cache.
 
@@ -400,7 +494,10 @@ class LoadedModel:
             batch.n_tokens = n
             rc = llama_cpp.llama_decode(self._ctx, batch)
             if rc != 0:
+                # llama.cpp dropped the failed chunk's positions; the chunks before it go too
                 self._rollback(start)
+                if rc == 2 and self.abort_token is not None and self.abort_token.cancelled:
+                    raise DecodeAborted(f"{self.path.name}: stopped")
                 what = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, f"error {rc}")
                 raise LlamaError(f"{self.path.name}: llama_decode failed: {what}")
             pos += n
