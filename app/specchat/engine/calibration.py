@@ -11,6 +11,12 @@ measured again; a file that is not a JSON object at all is moved aside
 (``calibration.json.corrupt-TIME``) with one warning.  Writes re-read the file and
 merge under its lock, atomically (:mod:`specchat.files`), so processes calibrating at
 once keep each other's entries; a cache that cannot be written costs a re-measure.
+
+Timings taken on a busy machine are judged (:mod:`.contention`, when the caller passes a
+``watch``): other work on the cores or stolen CPU time while measuring, a verify curve that
+falls as the batch grows, or repeats that disagree make the costs noisy.  Noisy costs are
+measured once more; still noisy, they are used but marked (``CostModel.noise``: no claim is
+made from them) and never cached, so the next load measures again.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 
 from specchat import files
 
+from .contention import MachineWatch, timings_verdict
 from .controller import CostModel
 from .runtime import LoadCancelled, LoadedModel
 from .shapes import CALLS_PER_CHANGE, RECAPTURE_S
@@ -75,11 +82,16 @@ def timed_decodes(k_max: int, *, shape_sensitive: bool, draft: bool) -> int:
 
 def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
             cancelled: Callable[[], bool] | None = None,
-            progress: Callable[[float, float], None] | None = None) -> CostModel:
+            progress: Callable[[float, float], None] | None = None,
+            watch: MachineWatch | None = None) -> CostModel:
     """``cancelled`` is checked between decodes (a 30B target takes seconds to calibrate);
-    ``progress(i, n)`` is told after each of the ``n`` timed decodes."""
+    ``progress(i, n)`` is told after each of the ``n`` timed decodes.  With a ``watch`` the
+    timings are judged (the machine while they ran, the curve, the repeats): ``noise`` says
+    why they cannot be believed ("" when they can)."""
     filler = 198  # any ordinary token id works; the cost does not depend on it
     costs = CostModel()
+    mark = watch.mark() if watch is not None else None
+    repeats: dict[int, list[float]] = {}
     total = timed_decodes(k_max, shape_sensitive=target.shape_sensitive, draft=draft is not None)
     done = 0
 
@@ -106,10 +118,12 @@ def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
             # the loop pays it, and learn what its first calls cost on top (the kit measured a
             # 4-token verify at 1.59 ms steady and 3.1 ms changing size at every call)
             first = [timed(target, n, "all") for _ in range(CALLS_PER_CHANGE)]
-            costs.verify_s[n] = min(timed(target, n, "all") for _ in range(max(reps, 2)))
+            repeats[n] = [timed(target, n, "all") for _ in range(max(reps, 2))]
+            costs.verify_s[n] = min(repeats[n])
             fresh += [t - costs.verify_s[n] for t in first]
         else:
-            costs.verify_s[n] = min(timed(target, n, "all") for _ in range(reps))
+            repeats[n] = [timed(target, n, "all") for _ in range(reps)]
+            costs.verify_s[n] = min(repeats[n])
     if fresh:
         costs.recapture_s = max(sorted(fresh)[len(fresh) // 2], 0.0)  # the median: one slow call is noise
     if draft is not None:
@@ -119,6 +133,8 @@ def measure(target: LoadedModel, draft: LoadedModel | None, k_max: int,
     for m in (target, draft):
         if m is not None:
             m.clear()
+    if watch is not None:
+        costs.noise = watch.judge(mark).also(timings_verdict(costs.verify_s, repeats)).why
     return costs
 
 
@@ -129,15 +145,20 @@ def cache_key(target: LoadedModel, draft: LoadedModel | None) -> str:
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None,
               cancelled: Callable[[], bool] | None = None,
-              progress: Callable[[float, float], None] | None = None) -> CostModel:
+              progress: Callable[[float, float], None] | None = None,
+              watch: MachineWatch | None = None) -> CostModel:
     """Costs from the cache when this exact setup was measured before (no progress then), else
-    measured now."""
+    measured now.  With a ``watch``, noisy timings are measured once more; still noisy, they
+    are returned marked (``noise``) and not cached."""
     key = cache_key(target, draft)
     hit = None
     if cache_file is not None:
         hit = cached_costs(cache_file, key, k_max)
-    costs = hit if hit is not None else measure(target, draft, k_max, cancelled, progress)
-    if hit is None and cache_file is not None:
+    costs = hit if hit is not None else measure(target, draft, k_max, cancelled, progress, watch)
+    if hit is None and costs.noise:
+        # once more: a burst may have passed (its decodes are not counted again: the line stays at n of n)
+        costs = measure(target, draft, k_max, cancelled, None, watch)
+    if hit is None and cache_file is not None and not costs.noise:
         store_costs(cache_file, key, costs)
     if target.shape_sensitive and costs.recapture_s <= 0.0:
         costs.recapture_s = RECAPTURE_S  # until the rounds measure it (an entry from before it was measured)

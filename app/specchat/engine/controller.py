@@ -112,6 +112,14 @@ class CostModel:
         # seconds one re-captured call adds where llama.cpp replays CUDA graphs (engine/shapes.py):
         # set by a calibration on such a backend, then learned from the rounds that change size
         self.recapture_s = 0.0
+        # why these costs cannot be believed (engine/contention.py: the machine was busy while they
+        # were timed, the curve falls, repeats disagree); "" when they can.  Decisions still use
+        # them, but no figure ("best case 2.83x") is claimed from them.
+        self.noise = ""
+
+    @property
+    def reliable(self) -> bool:
+        return not self.noise
 
     def verify(self, n: int) -> float:
         """Cost of one target decode of n tokens; linear fit between measured sizes."""
@@ -265,6 +273,7 @@ class DraftController:
         self._untried: set[Drafter] = set()
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
         self.calibration = CostModel(costs.verify_s, costs.draft_s)
+        self.calibration.noise = costs.noise
         self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
         self._measured: set[int] = set()  # verify sizes measured since the load
         self._refused = False  # auto refused the draft model (answer_plan) and has not re-planned it in
@@ -314,7 +323,16 @@ class DraftController:
         if mode is Mode.AUTO and Drafter.MODEL in usable and self._refused:
             k = self.settings.k_max + 1
             best = self.best_case_multiplier(Drafter.MODEL)
-            return AnswerPlan(tuple(d for d in usable if d is not Drafter.MODEL), (Fallback(
+            others = tuple(d for d in usable if d is not Drafter.MODEL)
+            if not self.costs.reliable:  # no figure from timings the machine's contention made up
+                return AnswerPlan(others, (Fallback(
+                    f"auto: the draft model was not used: its costs were timed on a busy machine "
+                    f"({self.costs.noise}), so no best case is claimed; auto re-checks it from the "
+                    "rounds it measures",
+                    permanent=True,
+                    brief="draft model not used: costs timed on a busy machine, no best case claimed",
+                ),))
+            return AnswerPlan(others, (Fallback(
                 "auto: the draft model cannot pay on this machine (best case "
                 f"{best:.2f}x plain even if every token were accepted: "
                 f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
@@ -599,6 +617,12 @@ class DraftController:
         best = self.best_case_multiplier(Drafter.MODEL)
         self._refused = not self.viable(Drafter.MODEL)
         verdict = "still cannot pay" if self._refused else "can pay now: auto may use it from the next answer"
+        if not c.reliable:  # the sizes not measured since are still the busy calibration's
+            return [Fallback(
+                f"auto re-checked the draft model: the target's rounds cost {drift:.2f}x the load-time "
+                f"calibration, which was timed on a busy machine ({c.noise}): it {verdict} (no best case claimed)",
+                brief=f"re-checked at {drift:.2f}x the calibrated costs (timed on a busy machine)",
+            )]
         return [Fallback(
             f"auto re-checked the draft model: the target's rounds cost {drift:.2f}x the load-time calibration "
             f"(median of the last {len(self._drift)} rounds); with the measured costs (the draft's taken to "

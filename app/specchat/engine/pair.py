@@ -19,6 +19,7 @@ from specchat.models.gguf_header import GGUFError
 from .calibration import calibrate
 from .cancel import CancelToken
 from .chat import ChatFormat, ChatPrompt
+from .contention import MachineWatch
 from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, build_drafters
 from .events import Event
@@ -97,7 +98,8 @@ class SpeculativePair:
                                          progress=report(progress, LoadPhase.DRAFT, Path(config.draft).name))
             what = "the draft" if self.draft is not None else Path(config.target).name
             costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled,
-                              report(progress, LoadPhase.CALIBRATING, what))
+                              report(progress, LoadPhase.CALIBRATING, what),
+                              MachineWatch(ours=self.target.n_threads))  # a busy machine's timings are judged
             self._assemble(costs, chat_format)
         except BaseException:
             self.close()
