@@ -161,6 +161,11 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("api_everywhere", "API server: reachable from other machines", False,
             help="listen on every network interface (0.0.0.0) instead of this machine only (127.0.0.1): "
                  "anyone who can reach this machine can use its models, so set an API key"),
+    Setting("backup_keep", "Chat backups kept", 7, 1, 100,
+            help="copies of the chat database kept in the data folder's backups/ (the oldest goes first); "
+                 "one is made before every change of the database's schema"),
+    Setting("backup_every_hours", "Back up the chats every (hours, 0 = only before upgrades)", 24, 0, 8760,
+            help="while the app runs, a copy of the chats is made when the newest backup is older than this"),
 )
 BY_KEY = {s.key: s for s in SCHEMA}
 # the settings the draft-length controller (and the telemetry panel's guard-rail lines) take: _controller_of

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import task_stats
+from .backup import migrate_with_backup
 from .db import FTS_TABLE, StoreWriteError, connect, default_path, ensure_search_index, transaction
 from .records import (
     FINAL_STATES,
@@ -703,15 +704,19 @@ def open_store(
     clock: Callable[[], float] = time.monotonic,
     now: Callable[[], float] = time.time,
     recover: bool = True,
+    backup_keep: int = 7,
 ) -> Store:
     """Open (or create) the chat database and return a ready :class:`Store`.
 
     ``path`` defaults to :func:`default_path`.  ``fts`` forces the full-text index on or
     off (None: use it when available).  ``recover`` marks answers left "streaming" by a
     killed process as "stopped", keeping their text; a tool that opens the file while the
-    app is running (and may be streaming) must pass ``recover=False``.
+    app is running (and may be streaming) must pass ``recover=False``.  A file of an older schema is
+    backed up before it is migrated (``backups/`` beside it, ``backup_keep`` kept), and put back if
+    the migration fails (:mod:`specchat.store.backup`).
     """
-    conn = connect(default_path() if path is None else Path(path))
+    path = default_path() if path is None else Path(path)
+    conn = connect(path, lambda c: migrate_with_backup(c, path, keep=backup_keep))
     try:
         use_fts = ensure_search_index(conn, fts)
     except BaseException:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specchat.errors import UserError
@@ -116,8 +116,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Open ``path`` (creating it and its folder), set the pragmas and migrate the schema."""
+def connect(path: Path, upgrade: Callable[[sqlite3.Connection], object] | None = None) -> sqlite3.Connection:
+    """Open ``path`` (creating it and its folder), set the pragmas and migrate the schema (``upgrade``:
+    how, default :func:`migrate`; ``open_store`` backs the file up first, ``backup.migrate_with_backup``)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +139,7 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys = ON")
         # Case-insensitive substring search beyond ASCII (SQLite's lower() is ASCII-only).
         conn.create_function("py_casefold", 1, _casefold, deterministic=True)
-        migrate(conn)
+        (upgrade or migrate)(conn)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"cannot open {path}: {exc}") from exc
