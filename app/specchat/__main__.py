@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         from specchat.engine.cpu_kernels_probe import main as probe_main
 
         return probe_main(argv[1:])
+    if argv[:1] == ["--pdf-text"]:  # internal: the child that reads a PDF's text (attachments.pdf_text)
+        from specchat.attachments import pdf_text_main
+
+        return pdf_text_main(argv[1:])
     try:
         config_path, profile_dir, argv = split_global_flags(argv)
     except ValueError as exc:

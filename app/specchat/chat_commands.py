@@ -17,9 +17,11 @@ offer in its bar, the edit in its box, and the user can try again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specchat.store import Chat, ChatSettings, Message, Store, StoreError
+from specchat.presets import Preset
+from specchat.store import Chat, ChatSettings, Message, NewAttachment, Store, StoreError
 
 NEW_CHAT = "New chat"  # a chat's title until its first question names it
 TITLE_CHARS = 60
@@ -40,18 +42,20 @@ class ChatCommands:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def send(self, chat_id: int, text: str) -> Sent:
-        """Store a question (``text``, stripped; never empty).  A chat still called "New chat" takes
-        the question's first line as its title, after the question is stored: a title that cannot be
+    def send(self, chat_id: int, text: str, files: Sequence[NewAttachment] = ()) -> Sent:
+        """Store a question (``text``, stripped) with its files (``files``: the question and its files in
+        one transaction; a file past the store's caps is ValueError with nothing stored).  Never empty: a
+        question needs text or a file.  A chat still called "New chat" takes the question's first line
+        (or its first file's name) as its title, after the question is stored: a title that cannot be
         written costs the title, never the question."""
         text = text.strip()
-        if not text:
+        if not text and not files:
             raise ValueError("an empty question")
         retitle = self.store.get_chat(chat_id).title == NEW_CHAT
-        message = self.store.add_message(chat_id, "user", text)
+        message = self.store.add_message(chat_id, "user", text, attachments=files)
         if retitle:
             try:
-                self.store.rename_chat(chat_id, text.splitlines()[0][:TITLE_CHARS])
+                self.store.rename_chat(chat_id, (text.splitlines()[0] if text else files[0].name)[:TITLE_CHARS])
             except StoreError:  # the question is stored; the title is named at the next send
                 retitle = False
         return Sent(message, retitle)
@@ -91,3 +95,11 @@ class ChatCommands:
     def update_settings(self, chat_id: int, settings: ChatSettings) -> Chat:
         settings.validate()
         return self.store.update_settings(chat_id, settings)
+
+    def apply_preset(self, chat_id: int, preset: Preset) -> Chat:
+        """The chat takes the preset's settings from its next answer on, keeping its models and backend."""
+        return self.update_settings(chat_id, preset.apply(self.store.get_chat(chat_id).settings))
+
+    def new_chat_with(self, settings: ChatSettings, preset: Preset | None) -> Chat:
+        """A new chat on ``settings`` (the pair in use), with ``preset``'s settings over them."""
+        return self.new_chat(preset.apply(settings) if preset is not None else settings)

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import Protocol
 
-from specchat.context_policy import fit_messages, reserve
+from specchat.context_policy import ContextPolicy, fit_messages, reserve
 from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
 from specchat.engine.chat import TemplateCancelled
-from specchat.engine.events import Done, GenerationStats, StopReason
+from specchat.engine.events import Done, Error, GenerationStats, StopReason
 from specchat.engine.pair import PairConfig, SpeculativePair
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
@@ -113,6 +113,12 @@ class LocalBackend:
         if request.controller is not None:
             self.pair.retune(request.controller)
         yield Started(len(prompt.tokens), prompt.starts_in_reasoning, fitted.left_out)
+        over = len(prompt.tokens) + 1 - self.pair.target.n_ctx
+        if over > 0:  # even what the policy may send does not fit: one line that says by how much, never a cut
+            message = too_long(len(prompt.tokens), self.pair.target.n_ctx, request.context_policy, fitted.left_out)
+            yield Error(message)
+            yield Done(StopReason.ERROR, GenerationStats.empty(request.mode.value), message)
+            return
         yield from split_answer(self.pair.generate(prompt.tokens, mode=request.mode, sampling=request.sampling,
                                                    max_tokens=request.max_tokens, stop=request.stop, cancel=cancel),
                                 prompt.starts_in_reasoning)
@@ -133,3 +139,15 @@ class LocalBackend:
 
     def close(self) -> None:
         self.pair.close()
+
+
+def too_long(tokens: int, n_ctx: int, policy: ContextPolicy | str, left_out: int = 0) -> str:
+    """The one line for a prompt the context cannot hold, saying by how much and what would help."""
+    over = tokens + 1 - n_ctx
+    cut = f" with {left_out} earlier message{'s' if left_out != 1 else ''} left out" if left_out else ""
+    if ContextPolicy(policy) is ContextPolicy.STOP:
+        advice = ("the chat's context policy is stop: choose truncate middle or rolling window to leave out "
+                  "earlier turns, shorten the question or its files, or raise the context size")
+    else:
+        advice = "the question with its files alone is too long: shorten it or raise the context size"
+    return f"the prompt is {tokens} tokens{cut} and the context holds {n_ctx}: {over} too many; {advice}"

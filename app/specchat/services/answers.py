@@ -32,6 +32,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from specchat.attachments import chat_messages
 from specchat.backends.factory import BackendConfig
 from specchat.context_policy import ContextPolicy
 from specchat.engine import (
@@ -424,11 +425,9 @@ class AnswerService(QObject):
         self.queueChanged.emit()
 
     def _history(self, chat_id: int, s: ChatSettings) -> tuple[dict[str, str], ...]:
-        msgs = [{"role": "system", "content": s.system_prompt}] if s.system_prompt else []
-        for m in self.store.messages(chat_id):
-            if m.role == "user" or (m.role == "assistant" and m.content):
-                msgs.append({"role": m.role, "content": m.content})
-        return tuple(msgs)
+        """The whole chat, each question with its files in its text: the backend's context policy counts
+        them and the lookup drafter drafts from them (specchat.attachments.chat_messages)."""
+        return chat_messages(self.store, chat_id, s.system_prompt)
 
     def _fail(self, live: LiveAnswer, message: str) -> None:
         """The answer cannot start (its pair failed to load): stored as an error that says why."""
