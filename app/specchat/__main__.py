@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-COMMANDS = ("chat", "bench", "serve", "simulate", "models", "servers", "cuda-build", "config")
+COMMANDS = ("chat", "bench", "serve", "simulate", "models", "servers", "chats", "cuda-build", "config")
 PARSER_OPTIONS = ("-h", "--help", "--version")  # answered by the command-line parser
 # Commands whose own options include --profile (the cost profile of 'specchat simulate',
 # docs/ARCHITECTURE.md): after such a command word, --profile is theirs, not the profile dir.

@@ -264,6 +264,9 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
     from specchat.cli.servers import add_parsers as add_server_parsers
 
     add_server_parsers(sub)
+    from specchat.cli.chats import add_parsers as add_chats_parsers
+
+    add_chats_parsers(sub)
     add_cuda_parsers(sub)
     from specchat.cli.serve import add_parser as add_serve_parser
 
@@ -461,6 +464,10 @@ def main(argv: list[str] | None = None, *, config_path: Path | None = None,
             from specchat.cli.servers import cmd_servers
 
             return cmd_servers(args)
+        if args.command == "chats":
+            from specchat.cli.chats import cmd_chats
+
+            return cmd_chats(args)
         if args.command == "simulate":
             from specchat.cli.simulate import cmd_simulate
 
