@@ -71,6 +71,14 @@ def prefill_tok_s(prompt_tokens: int, prefill_s: float) -> float | None:
 MIN_PLAIN_RUNS = 3
 
 
+def runs_phrase(n: int, side: str = "plain") -> str:
+    """The one way a count of runs is said, in the panel, the stats line and the task table:
+    "2 of 3 plain runs" while a multiplier still waits for them, then "5 plain runs"."""
+    if n < MIN_PLAIN_RUNS:
+        return f"{n} of {MIN_PLAIN_RUNS} {side} runs"
+    return f"{n} {side} runs"
+
+
 def multiplier(speculative_tok_s: float | None, plain_tok_s: float | None) -> float | None:
     """Speculative decode tok/s / plain decode tok/s (the same prompts, the same run)."""
     return speculative_tok_s / plain_tok_s if speculative_tok_s and plain_tok_s else None

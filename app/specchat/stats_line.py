@@ -11,8 +11,9 @@ many it rests on and the spread over them; below that it says how many are still
 from __future__ import annotations
 
 from specchat.engine.settings import StructuredOutput
+from specchat.metrics import runs_phrase
 from specchat.modes import PLAIN_MODE, Drafter, Mode
-from specchat.store import MIN_PLAIN_RUNS, MessageStats, PlainReference
+from specchat.store import MessageStats, PlainReference
 
 # why an answer stopped (engine.events.StopReason values), in words
 STOP_WORDS = {
@@ -76,9 +77,9 @@ def vs_plain(stats: MessageStats, reference: PlainReference | None) -> str:
     x = reference.multiplier(stats.counts.decode_tok_s)
     spread = reference.spread(stats.counts.decode_tok_s)
     if x is None or spread is None:
-        return f"vs plain: not measured yet ({reference.runs} of {MIN_PLAIN_RUNS} plain runs)"
+        return f"vs plain: not measured yet ({runs_phrase(reference.runs)})"
     lo, hi = spread
-    return f"{x:.2f}x vs plain ({reference.runs} plain runs, {lo:.2f}–{hi:.2f}x)"
+    return f"{x:.2f}x vs plain ({runs_phrase(reference.runs)}, {lo:.2f}–{hi:.2f}x)"
 
 
 def _seconds(s: float) -> str:

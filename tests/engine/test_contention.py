@@ -5,6 +5,7 @@ reading here is injected: nothing depends on how busy the machine running the te
 import pytest
 
 from helpers.fakes import FakeModel, FakeSpec
+from helpers.machine import FakeCpu, watch
 from specchat.engine import calibration
 from specchat.engine.contention import (
     CpuReading,
@@ -16,26 +17,6 @@ from specchat.engine.contention import (
 )
 from specchat.engine.controller import CostModel, DraftController
 from specchat.engine.settings import ControllerSettings, Mode
-
-
-class FakeCpu:
-    """Cumulative CPU counters of a 2-core machine; ``run`` advances them as a stretch of work would."""
-
-    def __init__(self) -> None:
-        self.now = CpuReading(at=0.0, busy_s=0.0, steal_s=0.0, total_s=0.0, own_s=0.0)
-
-    def run(self, seconds: float, *, ours: float, others: float = 0.0, steal: float = 0.0, cores: int = 2) -> None:
-        """``seconds`` of wall time with ``ours`` and ``others`` cores busy and ``steal`` cores stolen."""
-        n = self.now
-        self.now = CpuReading(n.at + seconds, n.busy_s + (ours + others) * seconds, n.steal_s + steal * seconds,
-                              n.total_s + cores * seconds, n.own_s + ours * seconds)
-
-    def __call__(self) -> CpuReading:
-        return self.now
-
-
-def watch(cpu: FakeCpu, ours: int = 2) -> MachineWatch:
-    return MachineWatch(cores=2, ours=ours, read=cpu)
 
 
 def test_our_own_decoding_on_every_core_is_not_contention():

@@ -52,5 +52,5 @@ def test_the_task_table_says_what_a_multiplier_still_waits_for(qtbot, tmp_path) 
         header = [dialog.table.horizontalHeaderItem(i).text() for i in range(dialog.table.columnCount())]
         cells = {h: dialog.table.item(0, i).text() for i, h in enumerate(header)}
         assert cells["Model"] == "qwen-7b.gguf" and cells["Answers plain · spec."] == "1 · 3"
-        assert cells["Multiplier"] == "– (needs 2 more plain)"
+        assert cells["Multiplier"] == "– (1 of 3 plain runs)"  # said as in the panel and the stats line
         assert cells["Plain tok/s"] == "20.0"

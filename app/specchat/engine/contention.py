@@ -81,7 +81,7 @@ def read_cpu() -> CpuReading:
     t = psutil.cpu_times()
     idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
     steal = getattr(t, "steal", 0.0)
-    total = sum(t)
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # Linux counts guest in user too
     own = psutil.Process(os.getpid()).cpu_times()
     return CpuReading(time.monotonic(), max(total - idle - steal, 0.0), steal, total, own.user + own.system)
 
@@ -90,7 +90,7 @@ class MachineWatch:
     """How busy the machine was between a :meth:`mark` and a :meth:`judge`.
 
     ``cores`` is how many CPUs the machine has and ``ours`` how many of them our decodes keep
-    busy (llama.cpp's threads); other work is contention only beyond the ``cores - ours`` left
+    busy (llama.cpp's threads; by default one per physical core); other work is contention only beyond the ``cores - ours`` left
     free.  ``read`` gives the cumulative counters (:func:`read_cpu`); a reading that fails (a
     sandbox without /proc) makes the judge say quiet.
     """
@@ -98,7 +98,9 @@ class MachineWatch:
     def __init__(self, *, cores: int | None = None, ours: int | None = None,
                  read: Callable[[], CpuReading] = read_cpu) -> None:
         self.cores = max(1, cores or psutil.cpu_count() or os.cpu_count() or 1)
-        self.ours = self.cores if ours is None else max(0, min(ours, self.cores))
+        if ours is None:  # llama.cpp's default: a thread per physical core
+            ours = psutil.cpu_count(logical=False) or self.cores
+        self.ours = max(0, min(ours, self.cores))
         self._read = read
 
     def mark(self) -> CpuReading | None:

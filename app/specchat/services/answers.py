@@ -52,6 +52,7 @@ from specchat.engine.progress import LoadProgress
 from specchat.metrics import Counts
 from specchat.serve.lane import Deliver, Failed
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
+from specchat.store.task_stats import pair_plain_runs
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
 
@@ -461,7 +462,10 @@ class AnswerService(QObject):
         if self.recorder is not None:
             # the reference line comes from this pair's plain answers (learned by the recorder);
             # the load-time calibration is a best case and would flatter it
-            self.recorder.reset_plain_rate()
+            # the pair's stored plain runs count as learned here: a reload keeps its count (issue 38)
+            target = getattr(self._loaded, "target", None)  # a local pair's (a server's plain runs are not ours)
+            self.recorder.reset_plain_rate(None if target is None else pair_plain_runs(
+                self.store, target, getattr(self._loaded, "draft", None), self.store.now()))
         self.pairLoaded.emit(info)
         live = self._current
         if isinstance(live, ExternalAnswer) and live.phase is Phase.LOADING:

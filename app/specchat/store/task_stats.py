@@ -43,7 +43,7 @@ class _Database(Protocol):
     @property
     def connection(self) -> sqlite3.Connection: ...
 
-__all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "plain_reference",
+__all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "pair_plain_runs", "plain_reference",
            "record_run", "reset_task_stats", "task_table"]
 
 PLAIN_RUNS = 10  # the plain runs nearest in time that a reference pools (machine load drifts)
@@ -182,11 +182,24 @@ def plain_reference(store: _Database, message_id: int) -> PlainReference | None:
                        " ORDER BY id DESC LIMIT 1", (message_id,)).fetchone()
     if row is None or row["mode"] == PLAIN_MODE or not row["target"]:
         return None
+    return _plain_runs(conn, row["target"], row["draft"], row["created_at"])
+
+
+def pair_plain_runs(store: _Database, target: Path | str, draft: Path | str | None, at: float) -> PlainReference:
+    """The plain runs of the pair (``target``, ``draft``) nearest to ``at`` (a load: now): what the
+    telemetry panel's "x vs plain" starts from, so a reload keeps the pair's count."""
+    return _plain_runs(store.connection, str(target), str(draft) if draft else None, at)
+
+
+def _plain_runs(conn: sqlite3.Connection, target: str, draft: str | None, at: float) -> PlainReference:
+    """One pair's plain runs nearest to ``at``; a plain answer that was stopped (cancelled, its chat
+    deleted, the app closed) measured a part of an answer and is left out, as the panel leaves it out."""
     columns = ", ".join(COUNT_FIELDS)
     runs = conn.execute(
         f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ? AND {VALID_RUN}"
+        " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = task_runs.message_id AND m.state = 'stopped')"
         " ORDER BY abs(created_at - ?), id DESC LIMIT ?",
-        (PLAIN_MODE, row["target"], row["draft"], row["created_at"], PLAIN_RUNS)).fetchall()
+        (PLAIN_MODE, target, draft, at, PLAIN_RUNS)).fetchall()
     counts = [Counts.from_dict({f: r[f] for f in COUNT_FIELDS}) for r in runs]
     rates = tuple(r for r in (c.decode_tok_s for c in counts) if r)
     return PlainReference(rates, Counts.total(counts))

@@ -20,6 +20,13 @@ Event order per round, as the engine yields it: the round's ``TokensEmitted`` ch
 then its ``RoundStats``, then any ``Fallback`` that round caused.  Fallbacks yielded
 before the first round (speculation off for the whole answer) are attached to the
 answer's first round.
+
+**Honest figures** (issue 38): with a ``machine`` watch (:mod:`specchat.engine.contention`), each
+answer is judged from its first event to its ``Done``.  A plain answer stopped early (cancelled)
+or measured while the machine was busy teaches no plain rate, and while the newest judged answer
+ran on a busy machine the snapshot says so (``busy``) and no "x vs plain" is claimed.  The plain
+runs counted are the pair's stored ones (``reset_plain_rate(stored)`` at each load: the store's
+task runs, which outlive a reload) plus the ones learned since.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specchat.engine.contention import CpuReading, MachineWatch
 from specchat.engine.events import (
     Done,
     Error,
@@ -38,11 +46,12 @@ from specchat.engine.events import (
     GenerationStats,
     Prefilled,
     RoundStats,
+    StopReason,
     TokensEmitted,
 )
 from specchat.engine.settings import ControllerSettings
 from specchat.metrics import MIN_PLAIN_RUNS, Counts, PhaseSplit
-from specchat.store import PLAIN_MODE, normalize_mode
+from specchat.store import PLAIN_MODE, PlainReference, normalize_mode
 
 from .records import (
     MEMORY_COLUMNS,
@@ -84,6 +93,7 @@ class _Answer:
     prefill_s: float = 0.0
     error: str = ""
     done: Done | None = None
+    mark: CpuReading | None = None  # the machine's counters at its first event (a busy machine is judged)
     phases: PhaseSplit = PhaseSplit()  # live, from the rounds' phases; the engine's once done
 
     def speculative(self) -> bool:
@@ -130,7 +140,7 @@ class TelemetryRecorder:
 
     def __init__(self, *, settings: ControllerSettings | None = None, keep_seconds: float = 300.0,
                  capacity: int = 16384, memory_capacity: int = 4096, smoothing: float = 0.2,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, machine: MachineWatch | None = None) -> None:
         if not 0 < smoothing <= 1:
             raise ValueError("smoothing must be in (0, 1]")
         self.settings = settings or ControllerSettings()
@@ -157,6 +167,8 @@ class TelemetryRecorder:
         self._plain_set: float | None = None
         self._plain = Counts()  # learned from plain answers
         self._plain_answers = 0  # how many: a rate from fewer than MIN_PLAIN_RUNS is noise, not a reference
+        self.machine = machine  # judges each answer's timings (None: never busy)
+        self._busy = ""  # why the newest judged answer's figures cannot be believed ("" when they can)
         self._version = 0
         self._cached: TelemetrySnapshot | None = None
 
@@ -171,11 +183,13 @@ class TelemetryRecorder:
         self._plain_set = tok_s if tok_s and tok_s > 0 else None
         self._touch()
 
-    def reset_plain_rate(self) -> None:
-        """Forget both the set and the learned rate: call it when another pair is loaded."""
+    def reset_plain_rate(self, stored: PlainReference | None = None) -> None:
+        """Forget both the set and the learned rate: call it when another pair is loaded, with that
+        pair's ``stored`` plain runs (``store.pair_plain_runs``): they count as if learned here, so a
+        reload keeps the count and "x vs plain" shows as soon as the runs allow it."""
         self._plain_set = None
-        self._plain = Counts()
-        self._plain_answers = 0
+        self._plain = stored.counts if stored is not None else Counts()
+        self._plain_answers = stored.runs if stored is not None else 0
         self._touch()
 
     def set_settings(self, settings: ControllerSettings) -> None:
@@ -195,6 +209,15 @@ class TelemetryRecorder:
         if self._plain_set is not None:
             return self._plain_set
         return self._plain.decode_tok_s if self._plain_answers >= MIN_PLAIN_RUNS else None
+
+    @property
+    def busy(self) -> str:
+        """Why the newest judged answer's figures are paused (the machine was busy); "" when they are not."""
+        return self._busy
+
+    def _claimed_rate(self) -> float | None:
+        """The plain rate a multiplier may be claimed against: none while the machine is busy."""
+        return None if self._busy else self.plain_rate
 
     @property
     def plain_rate_source(self) -> str | None:
@@ -268,6 +291,7 @@ class TelemetryRecorder:
         answer = self._open.get(request_id)
         if answer is None:
             answer = self._open[request_id] = _Answer(request_id, chat_id, None, t)
+            answer.mark = self.machine.mark() if self.machine is not None else None
             self._current = answer
         return answer
 
@@ -340,7 +364,10 @@ class TelemetryRecorder:
         answer.done = done
         answer.mode = done.stats.mode or answer.mode
         self._close(answer, t, done.stop_reason.value, done.stats)
-        if not answer.speculative():  # its decode part teaches the plain rate
+        if self.machine is not None:
+            self._busy = self.machine.judge(answer.mark).why
+        stopped = done.stop_reason in (StopReason.CANCELLED, StopReason.ERROR)
+        if not answer.speculative() and not stopped and not self._busy:  # its decode part teaches the plain rate
             c = done.stats.counts
             if c.decoded >= 1 and c.decode_s > 0:  # what the store counts as a run (task_stats.record_run)
                 self._plain += Counts(decoded=c.decoded, decode_s=c.decode_s)
@@ -401,13 +428,13 @@ class TelemetryRecorder:
             if self._matches(answer.chat_id, chat_id):
                 tally += answer.tally()
         mine = self._records if chat_id is ALL_CHATS else self.rounds(chat_id)
-        return tally.numbers(mine[-1].k if mine else None, self.plain_rate)
+        return tally.numbers(mine[-1].k if mine else None, self._claimed_rate())
 
     def answer_numbers(self) -> RunningNumbers | None:
         """Running numbers of the newest answer (streaming, or the last one finished)."""
         if self._current is None:
             return None
-        return self._current.tally().numbers(self._current.last_k, self.plain_rate, speculative_only=False)
+        return self._current.tally().numbers(self._current.last_k, self._claimed_rate(), speculative_only=False)
 
     def snapshot(self) -> TelemetrySnapshot:
         """What the panel draws now; cached until the next event, so an idle GUI timer costs nothing."""
@@ -426,7 +453,7 @@ class TelemetryRecorder:
             answer=self.answer_numbers(), answer_request_id=cur.request_id if cur else None,
             answer_streaming=cur is not None and cur.request_id in self._open, total=self.totals(),
             latest_memory=self._latest_memory, plain_rate=self.plain_rate,
-            plain_rate_source=self.plain_rate_source, plain_answers=self._plain_answers,
+            plain_rate_source=self.plain_rate_source, plain_answers=self._plain_answers, busy=self._busy,
             min_token_acceptance=s.min_token_acceptance, min_sequence_acceptance=s.min_sequence_acceptance,
             window_rounds=s.window_rounds, keep_seconds=self.keep_seconds,
         )

@@ -244,8 +244,9 @@ class TelemetrySnapshot:
     latest_memory: MemorySample | None
     plain_rate: float | None  # the reference line on the tok/s plot
     plain_rate_source: str | None  # "set" or "baseline answers"
-    plain_answers: int  # plain answers seen since the pair loaded (a learned rate needs MIN_PLAIN_RUNS)
+    plain_answers: int  # the pair's plain runs: stored ones and those since the load (a rate needs MIN_PLAIN_RUNS)
     min_token_acceptance: float  # the fallback thresholds, drawn as lines
     min_sequence_acceptance: float
     window_rounds: int
     keep_seconds: float
+    busy: str = ""  # why figures are paused: the newest answer ran on a busy machine ("" when not)

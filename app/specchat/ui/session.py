@@ -15,6 +15,7 @@ from specchat.backends.choose import for_chat
 from specchat.backends.factory import BackendConfig
 from specchat.backends.pairs import record_last_pair
 from specchat.config import CONTROLLER_KEYS, AppConfig, ConfigChange, as_int
+from specchat.engine.contention import MachineWatch
 from specchat.engine.pair import PairConfig
 from specchat.models.registry import Registry, RegistryError
 from specchat.native_work import LastCrash, NativeWork
@@ -52,7 +53,7 @@ class AppSession:
         self.settings = SettingsHolder(config)
         self.registry = registry
         self.profile = profile
-        self.recorder = TelemetryRecorder(settings=config.controller())
+        self.recorder = TelemetryRecorder(settings=config.controller(), machine=MachineWatch())
         self.last_crash = last_crash
         self._closed = False
         self._started: list = []  # what has a thread, in the order started (closed in reverse if the rest fails)

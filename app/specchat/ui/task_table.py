@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QDialog, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout
 
-from specchat.metrics import MIN_PLAIN_RUNS, Counts, PhaseSplit
+from specchat.metrics import MIN_PLAIN_RUNS, Counts, PhaseSplit, runs_phrase
 from specchat.store import Store, TaskRow, task_table
 
 
@@ -30,11 +30,11 @@ def _multiplier_cell(r: TaskRow) -> tuple[str, str]:
     """The multiplier, or what it still waits for: a figure from fewer runs is noise, never shown."""
     if r.multiplier is not None:
         return f"{r.multiplier:.2f}×", f"{r.speculative_answers} speculative over {r.plain_answers} plain answers"
-    missing = [f"{MIN_PLAIN_RUNS - n} more {side}" for side, n in
+    missing = [runs_phrase(n, side) for side, n in
                (("plain", r.plain_answers), ("spec.", r.speculative_answers)) if n < MIN_PLAIN_RUNS]
     if not missing:  # enough answers, but a side without a decode speed
         return "–", ""
-    return f"– (needs {', '.join(missing)})", (
+    return f"– ({', '.join(missing)})", (
         f"A multiplier rests on {MIN_PLAIN_RUNS} plain and {MIN_PLAIN_RUNS} speculative answers of this task "
         "and model or more: one run is noise.")
 

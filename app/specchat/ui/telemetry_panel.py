@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specchat.metrics import MIN_PLAIN_RUNS
+from specchat.engine.contention import PAUSED
+from specchat.metrics import runs_phrase
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import ExportError, export_rounds, write_export
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
@@ -468,12 +469,13 @@ class TelemetryPanel(QDockWidget):
 
 
 def _plain_note(snap) -> str:
-    """Why there is no multiplier yet: no plain rate, or too few plain answers to learn one from."""
+    """Why there is no multiplier: the machine is busy (figures paused), or too few plain runs of
+    this pair (said as everywhere else: "2 of 3 plain runs")."""
+    if snap.busy:
+        return f" (<b>{PAUSED}</b>: {snap.busy})"
     if snap.plain_rate:
         return ""
-    if snap.plain_answers:
-        return f" (plain rate after {MIN_PLAIN_RUNS} plain answers: {snap.plain_answers} so far)"
-    return " (plain rate not known yet)"
+    return f" ({runs_phrase(snap.plain_answers)})"
 
 
 def _phases_html(phases) -> str:
