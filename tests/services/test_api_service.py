@@ -197,6 +197,7 @@ def test_nothing_of_an_api_request_is_stored_and_the_recorder_plots_it_as_the_ap
     assert (messages_in_db(w.store), [c.id for c in w.store.list_chats()]) == before
     answers = w.recorder.answers(API_CHAT)
     assert len(answers) == 1 and answers[0].mode == "draft"
+    assert w.recorder.snapshot().answer_chat_id == API_CHAT  # the panel says whose answer it plots
     rounds = w.recorder.rounds(API_CHAT)
     assert rounds and all(x.chat_id == API_CHAT for x in rounds)
     assert sum(x.accepted for x in rounds) == r.model_extra["specchat"]["accepted"] > 0

@@ -11,7 +11,7 @@ import pytest
 
 from specchat.errors import UserError
 from specchat.metrics import Counts
-from specchat.store import MessageStats, Store, exchange, open_store
+from specchat.store import MessageStats, NewAttachment, Store, exchange, open_store
 from specchat.store.exchange import ExchangeError
 
 DATA = Path(__file__).parent / "data"
@@ -53,7 +53,13 @@ def generated_profile(store: Store, chats: int = 100, messages: int = 5000) -> N
         chat = store.create_chat(f"Chat {c}: {rng.choice(['sorting', 'haiku', 'SQL', 'ünïcödé 日本'])}")
         count = 0
         while count + 2 <= per_chat:
-            q = store.add_message(chat.id, "user", f"Question {count} of chat {c}\n```python\nprint({count})\n```")
+            files = []
+            if count % 14 == 0:  # a file with the question, now and then one that is not UTF-8
+                files.append(NewAttachment(f"notes-{count}.py", "text/x-python", f"x = {count}\n".encode()))
+            if count % 98 == 0:
+                files.append(NewAttachment("latin1.txt", "text/plain", "café".encode("latin-1")))
+            q = store.add_message(chat.id, "user", f"Question {count} of chat {c}\n```python\nprint({count})\n```",
+                                  attachments=files)
             count += 1
             state = rng.choice(["done", "done", "done", "stopped", "error"])
             answer(store, chat.id, f"Answer {count}: use `sorted` {'x' * rng.randint(0, 80)}",
@@ -83,6 +89,7 @@ def test_json_round_trip_of_100_chats_and_5000_messages_gives_back_every_message
     assert len(held) == 100
     assert sum(len(c["messages"]) for c in held) == 5000
     assert sum(len(c["versions"]) for c in held) > 20
+    assert sum(len(m.get("attachments", [])) for c in held for m in c["messages"]) > 300
 
     out = tmp_path / "all.json"
     assert exchange.export_json(store, exchange.chat_ids(store, None), out) == 100
@@ -96,6 +103,11 @@ def test_json_round_trip_of_100_chats_and_5000_messages_gives_back_every_message
         assert [(m.role, m.content, m.reasoning, m.state, m.stats, m.content_segments()) for m in old_shown] == \
             [(m.role, m.content, m.reasoning, m.state, m.stats, m.content_segments()) for m in new_shown]
         assert sorted(store.version_counts(old.id).values()) == sorted(fresh.version_counts(new.id).values())
+        for a, b in zip(old_shown, new_shown, strict=True):  # the files, their text byte for byte
+            assert [(f.name, f.mime, f.size, f.sha256, f.position, f.created_at) for f in store.attachments(a.id)] == \
+                [(f.name, f.mime, f.size, f.sha256, f.position, f.created_at) for f in fresh.attachments(b.id)]
+            assert [store.attachment_data(f) for f in store.attachments(a.id)] == \
+                [fresh.attachment_data(f) for f in fresh.attachments(b.id)]
         assert (old.title, old.created_at, old.updated_at, old.settings) == \
             (new.title, new.created_at, new.updated_at, new.settings)
 
@@ -181,12 +193,26 @@ def test_chatgpt_export_imports_the_shown_branch_and_keeps_the_others_as_version
     assert [m.content for m in picture] == ["Describe it.", "A cat on a mat."]
 
 
-def test_chatgpt_image_is_named_as_an_attachment_in_markdown(fresh, tmp_path):
+def test_a_chatgpt_upload_without_its_text_is_not_attached(fresh):
     chats = exchange.import_file(fresh, CHATGPT)[1]
-    doc = exchange.parse(json.loads(CHATGPT.read_text()))[1][1]
-    assert [a["name"] for a in doc.messages[0].attachments] == ["file-service://file-abc", "cat.png"]
-    exchange.export_markdown(fresh, [c.id for c in chats], tmp_path / "x.md")
-    assert "## User" in (tmp_path / "x.md").read_text()
+    question = fresh.messages(chats[1].id)[0]
+    assert question.content == "Describe it." and fresh.attachments(question.id) == []
+
+
+def test_markdown_names_a_message_s_files(store, tmp_path):
+    chat = store.create_chat("c")
+    store.add_message(chat.id, "user", "Look at this", attachments=[NewAttachment("main.py", "text/x-python", b"x=1")])
+    exchange.export_markdown(store, [chat.id], tmp_path / "c.md")
+    assert "- Attachment: `main.py` (text/x-python, 3 bytes)" in (tmp_path / "c.md").read_text()
+
+
+def test_a_file_past_the_store_s_cap_refuses_the_import(store, fresh, tmp_path):
+    doc = _specchat_doc(store, tmp_path)
+    doc["chats"][1]["messages"][0]["attachments"] = [{"name": "big.txt", "text": "x" * (2 << 20)}]
+    (tmp_path / "big.json").write_text(json.dumps(doc))
+    with pytest.raises(ExchangeError, match="big.txt"):
+        exchange.import_file(fresh, tmp_path / "big.json")
+    assert fresh.list_chats() == []
 
 
 def test_openwebui_export_imports_the_shown_branch_with_its_reasoning(fresh):
@@ -200,6 +226,9 @@ def test_openwebui_export_imports_the_shown_branch_with_its_reasoning(fresh):
         ("assistant", "The sea outlasts every quarrel on its shore."),
     ]
     assert shown[3].reasoning == "The user wants one line.\nKeep it short."
+    (notes,) = fresh.attachments(shown[2].id)  # the file's text Open WebUI kept
+    assert (notes.name, notes.mime, fresh.attachment_text(notes)) == ("notes.txt", "text/plain",
+                                                                      "the sea: salt, gulls, tide\n")
     fresh.show_version(shown[0].id, 1)
     assert [m.content for m in fresh.messages(chat.id)] == ["Write a haiku about the sea", "Waves fold into foam"]
 

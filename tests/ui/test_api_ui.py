@@ -14,13 +14,17 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.errors import PasswordDeleteError
 
+from helpers.app_driver import send
 from helpers.fakes import FakeSpec
 from specchat.profile import Profile
+from specchat.services.answers import Phase
 from specchat.services.api import API_KEY_USER
 from specchat.ui.api_requests import COLUMNS
+from specchat.ui.chat_pane import API_WAITING
 from specchat.ui.settings_dialogs import SettingsDialog
 
 QUESTION = "a question nobody else may read"
+LONG = FakeSpec(answer_tokens=30_000, decode_s=0.005, n_ctx=65_536)  # streams until stopped (minutes)
 
 
 class MemoryKeyring(KeyringBackend):
@@ -134,7 +138,7 @@ def test_the_requests_view_lists_a_finished_request_with_its_figures_and_never_i
     assert row["Client"] == "127.0.0.1 my-script/1.0" and row["Endpoint"] == "chat" and row["Status"] == "200"
     assert row["Tokens"] == str(r.usage.completion_tokens) == "120"
     assert row["Mode"] == "draft" and row["Accepted / drafted"] == f"{spec['accepted']} / {spec['drafted']}"
-    assert row["Stop"] == "eog" and float(row["tok/s"]) > 0
+    assert row["Stop"] == "the model finished" and float(row["tok/s"]) > 0
     assert w.api_status.text().endswith("· 1 request")
     every_cell = " ".join(view.table.item(i, j).text() for i in range(view.table.rowCount())
                           for j in range(len(COLUMNS)))
@@ -199,8 +203,7 @@ def test_the_settings_dialog_sets_and_clears_the_api_key_in_the_keychain(qtbot, 
 def test_closing_the_app_tells_a_waiting_client_and_frees_the_port(qtbot, fake_app, tmp_path, kept):
     port = free_port()
     # a chat answer that streams until the app closes (30k tokens, a context that holds them)
-    s = start(fake_app, qtbot, tmp_path, port, FakeSpec(answer_tokens=30_000, decode_s=0.005, n_ctx=65_536),
-              max_tokens=30_000)
+    s = start(fake_app, qtbot, tmp_path, port, LONG, max_tokens=30_000)
     s.window.actions_by_slot["set_api"].trigger()
     chat = s.window.chat_id
     s.store.add_message(chat, "user", "a long answer, please")
@@ -224,3 +227,44 @@ def test_closing_the_app_tells_a_waiting_client_and_frees_the_port(qtbot, fake_a
     assert box["error"].status_code == 503 and "SpecChat is closing" in str(box["error"])
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"http://127.0.0.1:{port}/health", timeout=10)
+
+
+def test_a_chat_asked_while_an_api_request_answers_says_what_it_waits_for(qtbot, fake_app, tmp_path, kept):
+    s = start(fake_app, qtbot, tmp_path, free_port(), LONG, max_tokens=30_000)
+    w = s.window
+    w.actions_by_slot["set_api"].trigger()
+    leave = threading.Event()
+
+    def stream() -> None:  # an API answer that goes on until its client leaves
+        body = {"model": "x", "messages": [{"role": "user", "content": QUESTION}], "stream": True,
+                "max_tokens": 30_000}
+        with httpx2.Client(timeout=30) as http, http.stream("POST", s.api.url + "/chat/completions", json=body) as r:
+            for _line in r.iter_lines():
+                if leave.is_set():
+                    break
+
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    qtbot.waitUntil(lambda: s.answers.external is not None and s.answers.external.phase is Phase.STREAMING,
+                    timeout=10_000)
+    assert w.api_status.text().endswith("· 0 requests · answering")
+    qtbot.waitUntil(lambda: "API request" in w.telemetry.numbers.text(), timeout=10_000)  # the panel plots it
+    send(qtbot, w.pane, "my own question")
+    qtbot.waitUntil(lambda: w.pane._live is not None and w.pane._live.footer == API_WAITING, timeout=5_000)
+    assert w.pane.send_button.text() == "Cancel"
+    leave.set()  # the client goes: its answer stops, the chat's starts
+    thread.join(10)
+    qtbot.waitUntil(lambda: w.pane._live is not None and w.pane._live.footer == "generating…", timeout=10_000)
+    qtbot.waitUntil(lambda: w.api_status.text().endswith("· 1 request"), timeout=10_000)
+    s.answers.stop(w.chat_id)
+
+
+def test_the_window_still_fits_a_laptop_screen_with_the_api_line_at_its_longest(qtbot, fake_app, tmp_path, kept):
+    s = start(fake_app, qtbot, tmp_path, free_port())
+    w = s.window
+    w.actions_by_slot["set_api"].trigger()
+    w.api_status.setText("API http://0.0.0.0:65535/v1 (every interface) · 99999 requests · waiting for the pair "
+                         "· 32 in line")
+    w.pair_status.setText("a-rather-long-target-name-Q4_K_M.gguf + a-rather-long-draft-name-Q8_0.gguf · CPU · ctx 4096")
+    qtbot.wait(50)
+    assert w.telemetry.isVisible() and w.minimumSizeHint().width() <= 1000

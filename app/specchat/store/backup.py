@@ -97,6 +97,20 @@ def make_backup(conn: sqlite3.Connection, database: Path, *, reason: str, keep: 
     return target
 
 
+def backup_file(database: Path, *, reason: str, keep: int | None = DEFAULT_KEEP) -> Path:
+    """:func:`make_backup` on a connection of its own (so from any thread: the scheduled backup runs on a
+    task runner while the window writes)."""
+    try:
+        conn = sqlite3.connect(str(database))
+    except sqlite3.Error as exc:
+        raise StoreError(f"could not back up {database}: {exc}") from None
+    try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        return make_backup(conn, database, reason=reason, keep=keep)
+    finally:
+        conn.close()
+
+
 def prune(folder: Path, keep: int) -> list[Path]:
     """Remove all but the newest ``keep`` backups (at least one stays); the removed ones."""
     removed = []

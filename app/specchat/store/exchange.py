@@ -6,7 +6,7 @@ Qt-free.  Three ways out and in:
   the store holds of a chat: its title, times and settings; every message, shown or in a version that
   is paged away (``in_version``), with its reasoning, state, token origins, draft tint and the
   answer's statistics (speed, acceptance, drafters); every version (``versions``); the attachments
-  (``attachments``, see :data:`ATTACHMENTS_HOOK`).  Importing it gives back the same chat, as a new
+  (``attachments``: name, type and text).  Importing it gives back the same chat, as a new
   one.  Messages and versions are named by ``key`` (their place in the file, not the database id).
 - **Markdown**: a readable transcript (roles as headings, the reasoning as a collapsed ``<details>``
   block or left out, code fences kept as written, attachments named).  One way only.
@@ -21,6 +21,7 @@ transaction.  A file refused is one :class:`ExchangeError` line, and nothing of 
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
@@ -35,7 +36,17 @@ from specchat.files import NotARegularFile, write_text_atomically
 
 from .chats import Store, _inserted_id
 from .db import transaction
-from .records import ANSWER_STATES, ROLES, Chat, ChatSettings, Message, MessageStats, parse_spans
+from .records import (
+    ANSWER_STATES,
+    ROLES,
+    Chat,
+    ChatSettings,
+    Message,
+    MessageStats,
+    NewAttachment,
+    check_attachments,
+    parse_spans,
+)
 
 FORMAT = "specchat-chats"
 FORMAT_VERSION = 1  # what this SpecChat writes; it reads every version from 1 up to this
@@ -44,11 +55,10 @@ MAX_CHATS = 100_000
 MAX_MESSAGES = 1_000_000  # in one file, every chat together
 MAX_TEXT_CHARS = 16 * 1024 * 1024  # one message's text or reasoning
 MAX_DEPTH = bounded_json.MAX_DEPTH
-# Attachments (files in a message) are added to the store by another change (a migration of their own);
-# until the store has them, a message's "attachments" is written empty and read as a list of
-# {"name", "mime", "size"} records that are named in Markdown but not stored.  When the store learns
-# attachments, :func:`_message_attachments` reads them and :func:`_write_chat` stores them.
-ATTACHMENTS_HOOK = "attachments"
+# A message's files: {"name", "mime", "created_at", "text"} (their text as the model reads it; "base64" instead
+# for bytes that are not UTF-8).  Another app's attachment without its text (ChatGPT's images) is named in
+# the message's record but cannot be stored: SpecChat keeps a file's text, and there is none.
+ATTACHMENTS = "attachments"
 
 
 class ExchangeError(UserError):
@@ -71,7 +81,8 @@ class ImportedMessage:
     content_spans: str = ""
     version: int = 1
     in_version: int | None = None  # the key of the paged-away version whose tail holds it; None: shown
-    attachments: tuple[Mapping[str, object], ...] = ()
+    attachments: tuple[NewAttachment, ...] = ()
+    attached_at: tuple[float, ...] = ()  # each file's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +133,9 @@ def chat_document(store: Store, chat_id: int) -> dict[str, Any]:
             doc["version"] = m.version
         if row["version_id"] is not None and row["version_id"] in version_key:
             doc["in_version"] = version_key[row["version_id"]]
-        doc[ATTACHMENTS_HOOK] = _message_attachments(store, m)
+        files = _attachment_records(store, m.id)
+        if files:
+            doc[ATTACHMENTS] = files
         messages.append(doc)
     versions = []
     for row in version_rows:
@@ -137,16 +150,17 @@ def chat_document(store: Store, chat_id: int) -> dict[str, Any]:
             "settings": json.loads(chat.settings.to_json()), "messages": messages, "versions": versions}
 
 
-def _message_attachments(store: Store, message: Message) -> list[dict[str, object]]:
-    """The message's attachments as records (the hook: the store keeps none yet, see ATTACHMENTS_HOOK)."""
-    reader = getattr(store, "attachments", None)
-    if reader is None:
-        return []
-    return [dict(a) if isinstance(a, Mapping) else _attachment_record(a) for a in reader(message.id)]
-
-
-def _attachment_record(attachment: object) -> dict[str, object]:
-    return {k: getattr(attachment, k) for k in ("name", "mime", "size", "text") if hasattr(attachment, k)}
+def _attachment_records(store: Store, message_id: int) -> list[dict[str, object]]:
+    records: list[dict[str, object]] = []
+    for a in store.attachments(message_id):
+        data = store.attachment_data(a)
+        record: dict[str, object] = {"name": a.name, "mime": a.mime, "created_at": a.created_at}
+        try:
+            record["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            record["base64"] = base64.b64encode(data).decode("ascii")
+        records.append(record)
+    return records
 
 
 def chat_ids(store: Store, chat_id: int | None) -> list[int]:
@@ -215,8 +229,8 @@ def _markdown_message(store: Store, m: Message, reasoning: bool) -> str:
                      "</details>\n")
     if m.content:
         parts.append(_closed_fences(m.content.rstrip("\n")) + "\n")
-    for a in _message_attachments(store, m):
-        parts.append(f"- Attachment: `{_one_line(str(a.get('name', 'unnamed')))}`" + "\n")
+    for a in store.attachments(m.id):
+        parts.append(f"- Attachment: `{_one_line(a.name)}` ({a.mime}, {a.size} bytes)\n")
     if m.state in ("stopped", "error"):
         parts.append(f"_({m.state}{': ' + _one_line(m.stats.error) if m.stats and m.stats.error else ''})_\n")
     if m.stats is not None and m.role == "assistant":
@@ -333,6 +347,8 @@ def _write_chat(conn: Any, chat: ImportedChat) -> int:
             " content_spans, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (chat_id, m.role, m.content, m.reasoning, m.origins, m.state,
              m.stats.to_json() if m.stats is not None else None, m.created_at, m.content_spans, m.version)))
+        for position, (file, at) in enumerate(zip(m.attachments, m.attached_at, strict=True)):
+            Store._link(conn, message_id[m.key], position, file, at)
     version_id: dict[int, int] = {}
     for v in chat.versions:
         version_id[v.key] = _inserted_id(conn.execute(
@@ -427,11 +443,7 @@ def _message(doc: object, where: str) -> ImportedMessage:
     origins = _text(doc.get("origins", ""), f"{where}: origins")
     if origins.strip("dt"):
         raise ValueError(f"{where}: origins holds other letters than d and t")
-    attachments = doc.get(ATTACHMENTS_HOOK, [])
-    if not isinstance(attachments, list) or not all(isinstance(a, dict) for a in attachments):
-        raise ValueError(f"{where}: attachments is not a list of objects")
-    for a in attachments:
-        _text(a.get("name", ""), f"{where}: an attachment's name")
+    attachments = _attachments(doc.get(ATTACHMENTS, []), where)
     return ImportedMessage(
         key=_whole(doc.get("key"), f"{where}: key", 1),
         role=str(role), content=content,
@@ -441,8 +453,35 @@ def _message(doc: object, where: str) -> ImportedMessage:
         stats=stats, origins=origins, content_spans=spans,
         version=_whole(doc.get("version", 1), f"{where}: version", 1),
         in_version=None if doc.get("in_version") is None else _whole(doc["in_version"], f"{where}: in_version", 1),
-        attachments=tuple(attachments),
+        attachments=tuple(a for a, _ in attachments), attached_at=tuple(t for _, t in attachments),
     )
+
+
+def _attachments(value: object, where: str) -> list[tuple[NewAttachment, float]]:
+    """A message's files as the store takes them (its caps: check_attachments); a record without text (another
+    app's image) is left out."""
+    if not isinstance(value, list) or not all(isinstance(a, dict) for a in value):
+        raise ValueError(f"{where}: attachments is not a list of objects")
+    files = []
+    for i, a in enumerate(value):
+        at = f"{where}, attachment {i + 1}"
+        name = _text(a.get("name", ""), f"{at}: name")
+        if "text" in a:
+            data = _text(a["text"], f"{at}: text").encode("utf-8")
+        elif "base64" in a:
+            try:
+                data = base64.b64decode(_text(a["base64"], f"{at}: base64"), validate=True)
+            except ValueError:
+                raise ValueError(f"{at}: base64 is not base64") from None
+        else:
+            continue
+        mime = _text(a.get("mime", ""), f"{at}: mime")
+        files.append((NewAttachment(name, mime, data), _time(a.get("created_at", 0.0), f"{at}: created_at")))
+    try:
+        checked = check_attachments(f for f, _ in files)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return [(c, t) for c, (_, t) in zip(checked, files, strict=True)]
 
 
 def _version(doc: object, where: str) -> ImportedVersion:

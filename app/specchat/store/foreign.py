@@ -18,7 +18,8 @@ versions where SpecChat has them: another answer to a question on the path (a re
 version of that question with that answer and what followed it; another question after the same
 message (an edit) is a version of the shown question with its text and what followed it.  A branch
 inside a branch is followed along its newest child.  Tool calls, hidden system messages and empty
-messages are left out; an image or file is named as an attachment.
+messages are left out.  A file whose text the export holds (Open WebUI's ``file.data.content``) is attached
+with it; one without (ChatGPT's images and uploads) cannot be stored, as SpecChat keeps a file's text.
 """
 
 from __future__ import annotations
@@ -195,7 +196,14 @@ def _openwebui_node(key: str, raw: Mapping[str, Any], parent: str | None, childr
         if isinstance(f, dict):
             inner: dict[str, Any] = f["file"] if isinstance(f.get("file"), dict) else {}
             name = f.get("name") or inner.get("filename") or f.get("url") or "attachment"
-            node.attachments.append({"name": str(name)[:300]})
+            record: dict[str, object] = {"name": str(name)[:300]}
+            data: dict[str, Any] = inner["data"] if isinstance(inner.get("data"), dict) else {}
+            if isinstance(data.get("content"), str):  # the text Open WebUI extracted: what its model read
+                record["text"] = data["content"]
+            meta: dict[str, Any] = inner["meta"] if isinstance(inner.get("meta"), dict) else {}
+            if isinstance(meta.get("content_type"), str):
+                record["mime"] = meta["content_type"]
+            node.attachments.append(record)
     if not content.strip() and not node.reasoning and not node.attachments:
         return node
     node.role = role

@@ -451,6 +451,7 @@ class TelemetryRecorder:
         self._cached = TelemetrySnapshot(
             version=self._version, rounds=rounds, memory=memory, markers=tuple(self._markers),
             answer=self.answer_numbers(), answer_request_id=cur.request_id if cur else None,
+            answer_chat_id=cur.chat_id if cur else None,
             answer_streaming=cur is not None and cur.request_id in self._open, total=self.totals(),
             latest_memory=self._latest_memory, plain_rate=self.plain_rate,
             plain_rate_source=self.plain_rate_source, plain_answers=self._plain_answers, busy=self._busy,

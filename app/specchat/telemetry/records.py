@@ -250,3 +250,4 @@ class TelemetrySnapshot:
     window_rounds: int
     keep_seconds: float
     busy: str = ""  # why figures are paused: the newest answer ran on a busy machine ("" when not)
+    answer_chat_id: ChatId = None  # whose answer ``answer`` is (a chat's id, or the window's API: "api")

@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout
 
+from specchat.stats_line import STOP_WORDS
+
 if TYPE_CHECKING:
     from specchat.serve.http import ApiRecord
     from specchat.services.api import ApiService
 
 COLUMNS = ("Time", "Client", "Endpoint", "Status", "Tokens", "tok/s", "Mode", "Accepted / drafted", "× plain",
            "Stop")
+API_STOP_WORDS = STOP_WORDS | {"cancelled": "cancelled"}  # an API request's Stop is its client's
 RIGHT = frozenset({"Status", "Tokens", "tok/s", "Accepted / drafted", "× plain"})
 
 
@@ -36,7 +39,7 @@ def cells(r: ApiRecord) -> tuple[str, ...]:
         r.mode or "–",
         f"{r.accepted} / {r.drafted}" if r.drafted else "–",
         f"{r.speedup:.2f}×" if r.speedup else "–",
-        r.stop or "–",
+        API_STOP_WORDS.get(r.stop, r.stop) or "–",
     )
 
 

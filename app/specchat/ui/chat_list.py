@@ -23,7 +23,7 @@ from specchat.store import Store, StoreError
 ROLE = Qt.ItemDataRole.UserRole
 BADGE = {Phase.STREAMING: "● ", Phase.LOADING: "● ", Phase.WAITING: "… "}
 BADGE_TIP = {Phase.STREAMING: "generating an answer", Phase.LOADING: "loading the model pair for an answer",
-             Phase.WAITING: "waiting for the answer in another chat to finish"}
+             Phase.WAITING: "waiting for the answers before it to finish (another chat's, or an API request's)"}
 
 
 class _FitWidth(QStyledItemDelegate):

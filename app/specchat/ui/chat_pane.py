@@ -43,6 +43,7 @@ LIVE_FOOTER = {
     Phase.LOADING: "waiting for the model pair to load…",
     Phase.STREAMING: "generating…",
 }
+API_WAITING = "waiting for an API request's answer to finish…"  # the head of the line is a request of the API
 NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu)."
 
 
@@ -291,6 +292,8 @@ class ChatPane(QWidget):
         for w in self.conversation.messages:
             if w.role == "user":
                 w.set_actions_enabled(idle)
+        if live is not None and live.phase is Phase.WAITING and self._live is not None:
+            self._paint_live(live)  # what it waits for: the head of the line changed
 
     # -- the live answer -------------------------------------------------------------------
 
@@ -302,6 +305,8 @@ class ChatPane(QWidget):
         w.content, w.reasoning, w.segments = live.content, live.reasoning, live.segments
         w.streaming = True
         w.footer = LIVE_FOOTER[live.phase]
+        if live.phase is Phase.WAITING and self.answers.external is not None:
+            w.footer = API_WAITING
         if live.phase is Phase.LOADING and self.answers.load_progress is not None:
             w.footer = f"waiting for the model pair to load: {self.answers.load_progress.text}"
         if live.fallback_warned and not self._notice_error:

@@ -23,7 +23,7 @@ from specchat.errors import UserError
 from specchat.models.registry import RegistryError
 from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import ServerList, servers_file
-from specchat.services.answers import AnswerNotice
+from specchat.services.answers import AnswerNotice, Phase
 from specchat.store import ChatSettings, StoreError
 from specchat.telemetry.export import ExportError, export_rounds
 from specchat.telemetry.samplers import MemorySampler
@@ -156,6 +156,7 @@ class MainWindow(QMainWindow):
         session.settings.changed.connect(self._config_changed)
         self.api.stateChanged.connect(self._show_api)
         self.api.record.connect(lambda _record: self._show_api())
+        self.answers.queueChanged.connect(self._show_api)  # "answering", "N in line"
         self.api.failed.connect(lambda line: self.statusBar().showMessage(f"the API is off: {line}", 30_000))
         self._memory_timer = QTimer(self, interval=2000)
         self._memory_timer.timeout.connect(self._update_memory)
@@ -394,8 +395,14 @@ class MainWindow(QMainWindow):
         self.api_status.setVisible(running)
         if running:
             n = self.api.requests
-            where = " (every interface)" if self.api.everywhere else ""
-            self.api_status.setText(f"API {self.api.url}{where} · {n} request{'' if n == 1 else 's'}")
+            parts = [f"API {self.api.url}" + (" (every interface)" if self.api.everywhere else ""),
+                     f"{n} request{'' if n == 1 else 's'}"]
+            head, behind = self.answers.external, self.answers.external_waiting
+            if head is not None:
+                parts.append("answering" if head.phase is Phase.STREAMING else "waiting for the pair")
+            if behind:
+                parts.append(f"{behind} in line")
+            self.api_status.setText(" · ".join(parts))
 
     def show_api_requests(self) -> None:
         """View → API requests…: a window that lists them as they end (one, raised if open)."""

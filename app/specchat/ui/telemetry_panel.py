@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from specchat.engine.contention import PAUSED
 from specchat.metrics import runs_phrase
+from specchat.services.answers import API_CHAT
 from specchat.telemetry import TelemetryRecorder
 from specchat.telemetry.export import ExportError, export_rounds, write_export
 from specchat.telemetry.samplers import NO_GPU, MemorySampler, default_sampler
@@ -336,7 +337,8 @@ class TelemetryPanel(QDockWidget):
         if a is None:
             return "<i>No answer yet: numbers appear while the next answer streams.</i>"
         mult = _fmt(a.multiplier, ".2f") + "×" if a.multiplier is not None else "–"
-        return (f"<b>{a.tokens}</b> tokens · <b>{_fmt(a.tok_s, '.1f')}</b> tok/s · "
+        whose = "<b>API request</b> · " if snap.answer_chat_id == API_CHAT else ""
+        return (f"{whose}<b>{a.tokens}</b> tokens · <b>{_fmt(a.tok_s, '.1f')}</b> tok/s · "
                 f"<b>{mult}</b> vs plain{_plain_note(snap)} · "
                 f"acceptance <b>{_fmt(a.token_acceptance, '.0%')}</b> token / "
                 f"<b>{_fmt(a.sequence_acceptance, '.0%')}</b> sequence · mean K <b>{_fmt(a.mean_k, '.1f')}</b> · "
