@@ -30,6 +30,7 @@ from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import PairInfo
 
 from .api_requests import ApiRequestsDialog
+from .chat_files import ChatFiles
 from .chat_list import ChatList
 from .chat_pane import ChatPane
 from .fitting import ElidedLabel
@@ -141,6 +142,12 @@ class MainWindow(QMainWindow):
         self.chats.newChatRequested.connect(self.new_chat)
         self.chats.deleteRequested.connect(self.delete_chat)
         self.chats.renameFailed.connect(lambda line: self.statusBar().showMessage(line, 20_000))
+        # File → Export / Import / Restore a backup…, the chat list's menu, the scheduled backup (ui/chat_files.py)
+        self.files = ChatFiles(self, self.commands, config=lambda: self.session.config, tasks=session.tasks,
+                               busy=lambda: bool(self.answers.busy_chats()))
+        self.files.said.connect(lambda line: self.statusBar().showMessage(line, EXPORT_LINE_MS))
+        self.files.chatsChanged.connect(self._chats_changed)
+        self.chats.list.addActions(self.files.context_actions(self.chats.list, lambda: self.chats.current))
         self.pane.titleChanged.connect(self.chats.refresh)
         self.pane.pairRequested.connect(self.open_models)
         self.pane.pairChanged.connect(self.answers.preload)
@@ -242,6 +249,28 @@ class MainWindow(QMainWindow):
             return
         self.undo_bar.restored(chat_id)
         self.open_chat(chat_id)
+
+    # -- chats to files and back (ui/chat_files.py) ---------------------------------------------
+
+    def export_chat(self) -> None:
+        self.files.export(self.chat_id)
+
+    def export_all_chats(self) -> None:
+        self.files.export(None)
+
+    def import_chats(self) -> None:
+        self.files.import_chats()
+
+    def restore_backup(self) -> None:
+        self.files.restore()
+
+    def _chats_changed(self, imported: list[int]) -> None:
+        """Imported chats: the first one shown; a restore ([]): the newest chat of what came back."""
+        if imported:
+            self.open_chat(imported[0])
+        else:
+            self.chats.current = None
+            self._open_newest()
 
     def _open_newest(self) -> None:
         chats = self.store.list_chats()

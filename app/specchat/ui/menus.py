@@ -35,6 +35,11 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
     ("&File", (
         Entry("New chat", "new_chat", (QKeySequence.StandardKey.New,)),
         SEPARATOR,
+        Entry("Export this chat…", "export_chat", ("Ctrl+Shift+E",)),
+        Entry("Export all chats…", "export_all_chats"),
+        Entry("Import chats…", "import_chats", ("Ctrl+Shift+I",)),
+        Entry("Restore a backup…", "restore_backup"),
+        SEPARATOR,
         Entry("Export this chat's telemetry…", "export_telemetry"),
         SEPARATOR,
         Entry("Quit", "close", (QKeySequence.StandardKey.Quit,)),
