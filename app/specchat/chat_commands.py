@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from specchat.presets import Preset
-from specchat.store import Chat, ChatSettings, Message, NewAttachment, Store, StoreError
+from specchat.store import Chat, ChatSettings, Message, NewAttachment, Store, StoreError, backup, exchange
 
 NEW_CHAT = "New chat"  # a chat's title until its first question names it
 TITLE_CHARS = 60
@@ -103,3 +104,41 @@ class ChatCommands:
     def new_chat_with(self, settings: ChatSettings, preset: Preset | None) -> Chat:
         """A new chat on ``settings`` (the pair in use), with ``preset``'s settings over them."""
         return self.new_chat(preset.apply(settings) if preset is not None else settings)
+
+    # -- files: export, import, backups (issue 36); every refusal one UserError line -------------------
+
+    def export(self, chat_id: int | None, path: Path, fmt: str, *, reasoning: bool = True) -> str:
+        """Write one chat (``chat_id``) or every chat (None) to ``path``, as ``fmt`` ("markdown" or "json");
+        the line that says where it went (ExchangeError, one line, where it could not)."""
+        ids = exchange.chat_ids(self.store, chat_id)
+        if fmt == "json":
+            n = exchange.export_json(self.store, ids, path)
+        else:
+            n = exchange.export_markdown(self.store, ids, path, reasoning=reasoning)
+        what = f"“{self.store.get_chat(ids[0]).title}”" if chat_id is not None else f"{n} chat{'s' if n != 1 else ''}"
+        return f"exported {what} to {path}"
+
+    def import_file(self, path: Path) -> tuple[list[Chat], str]:
+        """Add the chats of a SpecChat, ChatGPT or Open WebUI export as new chats, all or none; (the new
+        chats, the line that says so)."""
+        kind, chats = exchange.import_file(self.store, path)
+        article = "an" if kind[0] in "AEIOU" else "a"
+        return chats, f"imported {len(chats)} chat{'s' if len(chats) != 1 else ''} from {article} {kind} export ({path})"
+
+    def database(self) -> Path:
+        """The file the store is open on."""
+        row = self.store.connection.execute("PRAGMA database_list").fetchone()
+        return Path(row[2])
+
+    def backups(self) -> list[backup.Backup]:
+        return backup.list_backups(backup.backup_dir(self.database()))
+
+    def back_up(self, *, reason: str = "manual", keep: int = backup.DEFAULT_KEEP) -> Path:
+        return backup.make_backup(self.store.connection, self.database(), reason=reason, keep=keep)
+
+    def restore(self, chosen: Path, *, keep: int = backup.DEFAULT_KEEP) -> str:
+        """Put the backup ``chosen`` back (what it replaces is backed up first); the line that says so."""
+        from specchat.store.db import migrate
+
+        saved = backup.restore(self.store.connection, self.database(), chosen, keep=keep, after=migrate)
+        return f"restored the chats from {chosen.name}; what they were is kept as {saved.name}"
