@@ -102,8 +102,19 @@ def test_a_pdf_past_the_page_cap_is_refused(tmp_path, monkeypatch, capsys):
     path = tmp_path / "long.pdf"
     path.write_bytes(make_pdf(["x"]))
     monkeypatch.setattr(attachments, "PDF_MAX_PAGES", 0)
+    monkeypatch.setattr(attachments, "_limit_memory", lambda: None)  # in the child only, never the test's process
     assert attachments.pdf_text_main([str(path)]) == 3
     assert "it has 1 pages; SpecChat reads at most 0" in capsys.readouterr().out
+
+
+def test_the_pdf_child_caps_its_own_memory(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import resource, specchat.attachments as a; a._limit_memory(); "
+            "print(resource.getrlimit(resource.RLIMIT_AS)[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert int(out) == attachments.PDF_MEMORY_BYTES
 
 
 def test_the_model_reads_each_file_fenced_under_its_name_then_the_question():

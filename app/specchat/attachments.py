@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import mimetypes
-import os
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -172,25 +171,34 @@ def pdf_command(path: Path) -> list[str]:
 def pdf_text(path: Path, *, timeout_s: float = PDF_TIMEOUT_S) -> str:
     """The text of the PDF at ``path`` (pages joined by a blank line), extracted in a child process with
     a time and a memory limit; AttachmentError for a PDF that is broken, encrypted, too long, has no text
-    (a scan) or takes past the limits."""
+    (a scan) or takes past the limits.  (The window runs the same child without waiting for it.)"""
     name = _name(path)
     try:
         done = subprocess.run(pdf_command(path), capture_output=True, timeout=timeout_s, check=False,
-                              stdin=subprocess.DEVNULL, preexec_fn=_limit_memory if os.name == "posix" else None)
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise AttachmentError(f"reading the text of {name} took more than {timeout_s:.0f} s; not attached") from None
+        raise AttachmentError(timeout_line(name, timeout_s)) from None
     except OSError as exc:
         raise AttachmentError(f"cannot start the PDF reader for {name}: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        try:
-            why = json.loads(done.stdout.decode("utf-8"))["error"]
-        except (ValueError, KeyError, TypeError):
-            why = f"the PDF reader {exit_description(done.returncode)}"
-        raise AttachmentError(f"cannot read the text of {name}: {why}")
+    return pdf_answer(name, done.returncode, done.stdout)
+
+
+def timeout_line(name: str, timeout_s: float) -> str:
+    return f"reading the text of {name} took more than {timeout_s:.0f} s; not attached"
+
+
+def pdf_answer(name: str, returncode: int | None, stdout: bytes) -> str:
+    """The text the PDF child answered (``returncode``, its ``stdout``), or AttachmentError saying why not."""
     try:
-        text = json.loads(done.stdout.decode("utf-8"))["text"]
-    except (ValueError, KeyError, TypeError):
-        raise AttachmentError(f"cannot read the text of {name}: the PDF reader's answer does not read") from None
+        doc = json.loads(stdout.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if returncode != 0:
+        why = doc.get("error") if isinstance(doc, dict) else None
+        if not isinstance(why, str):
+            why = f"the PDF reader {exit_description(returncode)}"
+        raise AttachmentError(f"cannot read the text of {name}: {why}")
+    text = doc.get("text") if isinstance(doc, dict) else None
     if not isinstance(text, str):
         raise AttachmentError(f"cannot read the text of {name}: the PDF reader's answer does not read")
     if not text.strip():
@@ -198,10 +206,15 @@ def pdf_text(path: Path, *, timeout_s: float = PDF_TIMEOUT_S) -> str:
     return text
 
 
-def _limit_memory() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import resource
+def _limit_memory() -> None:
+    """The child's own cap on its address space (where the OS has one): a PDF built to exhaust memory ends
+    in a MemoryError, said in one line, not in the machine swapping."""
+    try:
+        import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (PDF_MEMORY_BYTES, PDF_MEMORY_BYTES))
+        resource.setrlimit(resource.RLIMIT_AS, (PDF_MEMORY_BYTES, PDF_MEMORY_BYTES))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def pdf_text_main(argv: Sequence[str]) -> int:
@@ -214,6 +227,7 @@ def pdf_text_main(argv: Sequence[str]) -> int:
 
     if len(argv) != 1:
         return answer({"error": "usage: specchat --pdf-text PATH"}, 2)
+    _limit_memory()
     try:
         from pypdf import PdfReader
         from pypdf.errors import PyPdfError

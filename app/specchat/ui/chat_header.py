@@ -25,6 +25,7 @@ class ChatHeader(QWidget):
     changed = Signal(dict)  # the changed settings, e.g. {"speculation": "lookup"}
     pairRequested = Signal()
     settingsRequested = Signal()
+    presetsRequested = Signal()
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -50,8 +51,11 @@ class ChatHeader(QWidget):
         self.temperature.setSingleStep(0.1)
         self.temperature.setPrefix("temp ")
         self.more = QPushButton("Chat settings…")
+        self.presets = QPushButton("Preset…")
+        self.presets.setToolTip("Give this chat a preset's settings, or edit, import and export presets")
+        self.presets.clicked.connect(self.presetsRequested)
         for w in (self.pair_label, self.pair_button, self.active, self.speculation, self.reasoning,
-                  self.temperature, self.more):
+                  self.temperature, self.presets, self.more):
             row.addWidget(w)
         self._loading = False
         self._pair_text = self.pair_label.text()

@@ -8,10 +8,12 @@ says it changed, and builds everything else from the store.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -20,18 +22,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specchat.attachments import CHOOSER_FILTER
 from specchat.chat_commands import ChatCommands
 from specchat.metrics import Counts
 from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase, fallback_warning
 from specchat.stats_line import stats_line
 from specchat.store import (
+    MAX_ATTACHMENTS,
     ChatSettings,
     Message,
+    NewAttachment,
     Store,
     StoreError,
     plain_reference,
 )
 
+from .attachment_chips import ChipRow, FileReader
 from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .load_progress import LoadProgressLine
@@ -48,9 +54,21 @@ NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter makes a new line."""
+    """Enter sends, Shift+Enter makes a new line; files dropped or pasted (a file manager's copy) are
+    attached, not typed in as their paths."""
 
     submitted = Signal()
+    filesDropped = Signal(list)  # [Path]: local files dropped or pasted
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        files = local_files(source)
+        if files:
+            self.filesDropped.emit(files)
+            return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, event) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
@@ -61,6 +79,18 @@ class Composer(QPlainTextEdit):
 
 
 
+
+
+def local_files(source: QMimeData) -> list[Path]:
+    """The local files a drop or a paste carries (none for text, or for a web link)."""
+    if not source.hasUrls():
+        return []
+    return [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile() and u.toLocalFile()]
+
+
+def tokens_estimate(n_bytes: int) -> int:
+    """About how many tokens text of ``n_bytes`` is (source code and English: 3 to 4 bytes a token)."""
+    return round(n_bytes / 3.5)
 
 
 def _segments(m: Message) -> list[tuple[str, bool]]:
@@ -94,7 +124,23 @@ class ChatPane(QWidget):
         self.composer = Composer(placeholderText="Message (Enter sends, Shift+Enter for a new line)")
         self.composer.setFixedHeight(90)
         self.composer.submitted.connect(self.send)
+        self.composer.filesDropped.connect(self.attach_files)
+        # files waiting to go with the next question: chips above the composer, and how much of the context
+        self.pending: list[NewAttachment] = []
+        self.pending_chips = ChipRow(removable=True)
+        self.pending_chips.removeRequested.connect(self._remove_pending)
+        self.files_line = QLabel()
+        self.files_line.setWordWrap(True)
+        self.files_line.hide()
+        self.reader = FileReader(self)
+        self.reader.read.connect(self._add_pending)
+        self.reader.failed.connect(lambda line: self.show_notice(line, error=True))
+        self.reader.busyChanged.connect(lambda busy: self._show_files_line("reading a PDF…" if busy else None))
         buttons = QHBoxLayout()
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setToolTip("Attach text files, code or PDFs (or drop or paste them in the box)")
+        self.attach_button.clicked.connect(self.choose_files)
+        buttons.addWidget(self.attach_button)
         self.send_button = QPushButton("Send")
         self.send_button.clicked.connect(self._send_or_stop)
         self.regen_button = QPushButton("Regenerate")
@@ -104,7 +150,8 @@ class ChatPane(QWidget):
         buttons.addStretch(1)
         for b in (self.edit_button, self.regen_button, self.send_button):
             buttons.addWidget(b)
-        for w in (self.header, self.load_line, self.conversation, self.notice, self.composer):
+        for w in (self.header, self.load_line, self.conversation, self.notice, self.pending_chips, self.files_line,
+                  self.composer):
             v.addWidget(w)
         v.addLayout(buttons)
         answers.changed.connect(self._on_answer_changed)
@@ -115,6 +162,7 @@ class ChatPane(QWidget):
         self._notice_sticky = False  # a refused write's line: kept until the user acts (show_notice)
         self._fallback_limit: float | None = None  # the fallback-share warning is shown, with this limit
         controller().changed.connect(self._style_notice)
+        controller().changed.connect(self.pending_chips.set_theme)
 
     # -- which chat --------------------------------------------------------------------
 
@@ -129,6 +177,7 @@ class ChatPane(QWidget):
             return
         live = self.answers.answer(chat_id)
         versions = self.store.version_counts(chat_id)
+        files = self.store.chat_attachments(chat_id)
         for m in self.store.messages(chat_id):
             if live is not None and m.id == live.message_id:
                 continue  # the live answer is painted from memory: the store lags by up to half a second
@@ -140,6 +189,8 @@ class ChatPane(QWidget):
                     w.refresh()
             elif m.role == "user":
                 self._wire_user(w, m, versions.get(m.id, 1))
+                if m.id in files:
+                    w.set_files([(a.name, a.size) for a in files[m.id]])
         if live is not None:
             self._paint_live(live)
         self.show_settings(self.settings())
@@ -189,22 +240,88 @@ class ChatPane(QWidget):
 
     def send(self) -> None:
         text = self.composer.toPlainText().strip()
-        if not text or self.chat_id is None or self.generating:
+        if (not text and not self.pending) or self.chat_id is None or self.generating or self.reader.busy:
             return
         s = self.settings()
         if s.target is None and not s.backend:  # a server chat needs no local pair
             self.show_notice(NO_PAIR, error=True)
             return
+        files = list(self.pending)
         try:
-            sent = self.commands.send(self.chat_id, text)
+            sent = self.commands.send(self.chat_id, text, files)
         except StoreError as exc:  # the question stays in the composer, to send again
             self.show_notice(f"{exc}; your message is still in the box below", error=True, sticky=True)
             return
+        except ValueError as exc:  # past the store's caps for one message: nothing was stored
+            self.show_notice(f"{exc}; nothing was sent", error=True)
+            return
         self.composer.clear()  # only now: the question is stored
+        self.pending.clear()
+        self._show_pending()
         if sent.retitled:
             self.titleChanged.emit()
-        self._wire_user(self.conversation.add("user", sent.message.content), sent.message, 1)
+        w = self.conversation.add("user", sent.message.content)
+        self._wire_user(w, sent.message, 1)
+        if files:
+            w.set_files([(f.name, len(f.data)) for f in files])
         self._ask(self.chat_id)
+
+    # -- files for the next question ---------------------------------------------------------
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", "", CHOOSER_FILTER)
+        if paths:
+            self.attach_files([Path(p) for p in paths])
+
+    def attach_files(self, paths: list[Path]) -> None:
+        """Read files for the next question (a PDF in a child process); each refused one is a line."""
+        room = MAX_ATTACHMENTS - len(self.pending)
+        if len(paths) > room:
+            self.show_notice(f"a message holds at most {MAX_ATTACHMENTS} files; {len(paths) - room} not attached",
+                             error=True)
+        self.reader.add(paths[:max(room, 0)])
+
+    def _add_pending(self, file: NewAttachment) -> None:
+        self.pending.append(file)
+        self._show_pending()
+
+    def _remove_pending(self, index: int) -> None:
+        if 0 <= index < len(self.pending):
+            del self.pending[index]
+            self._show_pending()
+
+    def _show_pending(self) -> None:
+        self.pending_chips.set_files([(f.name, len(f.data)) for f in self.pending])
+        self._show_files_line(None)
+        self.update_buttons()
+
+    def files_fit_line(self) -> str:
+        """How much of the context the waiting files take, about (the exact count comes with the answer):
+        a file that cannot fit says by how much, and what the chat's context policy will do."""
+        if not self.pending:
+            return ""
+        total = sum(len(f.data) for f in self.pending)
+        tokens = tokens_estimate(total)
+        info = self.answers.pair_info
+        n_ctx = getattr(info, "n_ctx", None)
+        what = f"{len(self.pending)} file{'s' if len(self.pending) > 1 else ''}, about {tokens:,} tokens"
+        if not n_ctx:
+            return f"{what}, sent whole with the question"
+        if tokens < n_ctx:
+            return f"{what} of the {n_ctx:,} the context holds, sent whole with the question"
+        policy = self.settings().context_policy if self.chat_id is not None else "stop"
+        then = ("the chat's context policy is stop: the answer will say so and nothing is cut"
+                if policy == "stop" else "earlier turns are left out first, and if the question alone cannot "
+                                         "fit, the answer says so; nothing is cut")
+        return f"{what}: about {tokens - n_ctx:,} more than the context holds ({n_ctx:,}); {then}"
+
+    def _show_files_line(self, text: str | None) -> None:
+        line = self.files_fit_line() if text is None else text
+        self.files_line.setText(line)
+        self.files_line.setVisible(bool(line))
+        theme = current()
+        over = "more than the context holds" in line
+        self.files_line.setStyleSheet(f"color:{theme.error if over else theme.muted}; font-size:12px;")
 
     def _ask(self, chat_id: int) -> None:
         self.show_notice("")

@@ -21,6 +21,7 @@ from specchat.backends.choose import trained_head_spec
 from specchat.chat_commands import ChatCommands
 from specchat.errors import UserError
 from specchat.models.registry import RegistryError
+from specchat.presets import Preset, PresetLibrary
 from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import ServerList, servers_file
 from specchat.services.answers import AnswerNotice, Phase
@@ -36,6 +37,7 @@ from .chat_pane import ChatPane
 from .fitting import ElidedLabel
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
+from .presets_dialog import PresetsDialog, preset_summary
 from .servers_dialog import ServersDialog
 from .settings_dialogs import ChatSettingsDialog, SettingsDialog
 from .task_table import TaskTableDialog
@@ -154,6 +156,7 @@ class MainWindow(QMainWindow):
         # the window opens Chat settings…: the dialog lists the profile's servers and checks the llama-server
         # on the session's task runner, which the pane cannot see
         self.pane.header.settingsRequested.connect(self.edit_chat_settings)
+        self.pane.header.presetsRequested.connect(self.open_presets)
         self.answers.pairLoading.connect(lambda name: self.pair_status.setText(f"loading {name}…"))
         self.answers.pairLoaded.connect(self._on_pair_loaded)
         self.answers.pairFailed.connect(self._on_pair_failed)
@@ -195,8 +198,8 @@ class MainWindow(QMainWindow):
         self._preload_shown()
         self._update_chat_actions()
 
-    def new_chat(self) -> None:
-        """A new chat from the user's defaults, shown, the composer focused.
+    def new_chat(self, preset: Preset | None = None) -> None:
+        """A new chat from the user's defaults (and ``preset``'s settings over them), shown, the composer focused.
 
         The defaults are the app settings' target, draft and speculation mode; never another chat's
         schema, system prompt, sampling or server.  With no default target in the settings, the
@@ -208,8 +211,8 @@ class MainWindow(QMainWindow):
             if local is not None:
                 target, draft = local.target, local.draft
         try:
-            chat = self.commands.new_chat(ChatSettings(target=target, draft=draft,
-                                                       speculation=str(self.config["default_mode"])))
+            chat = self.commands.new_chat_with(ChatSettings(target=target, draft=draft,
+                                                            speculation=str(self.config["default_mode"])), preset)
         except StoreError as exc:
             self.statusBar().showMessage(f"no new chat: {exc}", 20_000)
             return
@@ -392,6 +395,26 @@ class MainWindow(QMainWindow):
         self.pane.header.set_backend(new.backend)
         if new.backend != before.backend:
             self._preload_shown()  # connect to the server (or load the local pair) before the first question
+
+    def open_presets(self) -> None:
+        """Presets…: the shown chat (or a new one) takes a preset; presets edited, imported, exported."""
+        library = PresetLibrary.of(self.session.profile.config_dir)
+        dialog = PresetsDialog(library, self, has_chat=self.chat_id is not None)
+        dialog.applyRequested.connect(self.apply_preset)
+        dialog.newChatRequested.connect(self.new_chat)
+        dialog.exec()
+        dialog.deleteLater()
+
+    def apply_preset(self, preset: Preset) -> None:
+        if self.chat_id is None:
+            return
+        try:
+            chat = self.commands.apply_preset(self.chat_id, preset)
+        except (StoreError, ValueError) as exc:
+            self.statusBar().showMessage(f"the chat's settings are as they were: {exc}", 20_000)
+            return
+        self.pane.show_settings(chat.settings)
+        self.statusBar().showMessage(f"preset {preset_summary(preset)}", 10_000)
 
     def open_servers(self) -> None:
         dialog = ServersDialog(self.session.profile, self)

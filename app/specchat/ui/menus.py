@@ -49,6 +49,7 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("Stop the answer", "stop_answer", ("Ctrl+.", "Esc")),
         Entry("Copy the last answer", "copy_last_answer", ("Ctrl+Shift+C",)),
         Entry("Regenerate the last answer", "regenerate", ("Ctrl+R",)),
+        Entry("Presets…", "open_presets", ("Ctrl+Shift+P",)),
         SEPARATOR,
         Entry("Delete this chat", "delete_chat", ("Ctrl+Shift+Backspace",)),
         Entry("Undo delete", "undo_delete", (QKeySequence.StandardKey.Undo,)),

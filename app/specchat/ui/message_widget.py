@@ -20,6 +20,7 @@ from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from .attachment_chips import ChipRow
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
 from .theme import Theme, current
 
@@ -196,6 +197,8 @@ class MessageWidget(QFrame):
             column.codeCopied.connect(self._copy)
         self.footer_label = _label()
         self.footer_label.linkActivated.connect(self._on_link)
+        self.file_chips = ChipRow(theme=self.theme)  # a question's files, above its text
+        layout.addWidget(self.file_chips)
         for w in (self.reasoning_toggle, self.reasoning_view, self.markdown_view, self.tint_view, self.footer_label):
             layout.addWidget(w)
         self._reasoning_runs: list[tuple[str, bool]] = [("", False)]  # one run, replaced as it grows
@@ -247,6 +250,10 @@ class MessageWidget(QFrame):
         return self._link(href, text) if enabled else f"<span style='color:{self.theme.muted}'>{text}</span>"
 
     # -- editing in place (user messages) -------------------------------------------------
+
+    def set_files(self, files: Sequence[tuple[str, int]]) -> None:
+        """The message's files as chips: (name, size in bytes) each."""
+        self.file_chips.set_files(files)
 
     def set_version(self, number: int, total: int) -> None:
         self.version = (number, total)
@@ -341,6 +348,7 @@ class MessageWidget(QFrame):
     def set_theme(self, theme: Theme) -> None:
         """Restyle and render everything again in ``theme`` (colours live in the rendered HTML)."""
         self.theme = theme
+        self.file_chips.set_theme(theme)
         self._restyle()
         self.refresh()
 
