@@ -227,8 +227,8 @@ def _open_files(profile: Profile, config_path: Path | None, prompt: Prompt) -> t
     except ConfigError as exc:
         _say(prompt, f"{exc}. Fix the file or move it aside (SpecChat never overwrites it).")
         return EXIT_BAD_INPUT
-    try:
-        store = open_store(profile.database)
+    try:  # an older schema is backed up first (DATA/backups), and put back if its migration fails
+        store = open_store(profile.database, backup_keep=int(config["backup_keep"]))  # type: ignore[call-overload]
     except StoreError as exc:
         choice = _say(prompt, f"{exc}. SpecChat can move the file aside (renamed, nothing deleted) and "
                               "start with no chats, or quit.", (MOVE_ASIDE, QUIT))
