@@ -37,10 +37,9 @@ def size_text(n: int) -> str:
 
 
 def chip_html(name: str, size: int, theme: Theme, remove: str = "") -> str:
-    """One chip: 📄 name · size, and a × link when it can be taken off (``remove``: its href)."""
-    icon = "📕" if name.lower().endswith(".pdf") else "📄"
+    """One chip: name · size, and a ✕ link when it can be taken off (``remove``: its href)."""
     cross = f" <a href='{remove}' style='color:{theme.muted}; text-decoration:none'>✕</a>" if remove else ""
-    return (f"{icon} {html.escape(name)} <span style='color:{theme.muted}'>· {size_text(size)}</span>{cross}")
+    return (f"{html.escape(name)} <span style='color:{theme.muted}'>· {size_text(size)}</span>{cross}")
 
 
 class ChipRow(QWidget):

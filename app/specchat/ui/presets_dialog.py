@@ -119,6 +119,7 @@ class PresetsDialog(QDialog):
         form.addRow("", self.line)
         right = QVBoxLayout()
         right.addLayout(form)
+        right.addStretch(1)
         actions = QHBoxLayout()
         self.save_button = QPushButton("Save")
         self.delete_button = QPushButton("Delete")
