@@ -61,12 +61,13 @@ def list_backups(folder: Path) -> list[Backup]:
                 continue
             try:
                 when = time.mktime(time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
-                size = entry.stat(follow_symlinks=False).st_size
+                info = entry.stat(follow_symlinks=False)
             except (ValueError, OverflowError, OSError):
                 continue
-            found.append((when, int(match.group(2) or 1), Backup(Path(entry.path), when, match.group(3), size)))
-    found.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    return [b for _, _, b in found]
+            order = (when, int(match.group(2) or 1), info.st_mtime_ns)  # within a second: the one written last
+            found.append((order, Backup(Path(entry.path), when, match.group(3), info.st_size)))
+    found.sort(key=lambda t: t[0], reverse=True)
+    return [b for _, b in found]
 
 
 def make_backup(conn: sqlite3.Connection, database: Path, *, reason: str, keep: int | None = DEFAULT_KEEP,
