@@ -16,6 +16,7 @@ from specchat.engine.contention import (
     timings_verdict,
 )
 from specchat.engine.controller import CostModel, DraftController
+from specchat.engine.events import RoundStats
 from specchat.engine.settings import ControllerSettings, Mode
 
 
@@ -153,3 +154,14 @@ def test_auto_claims_a_best_case_only_from_costs_it_believes():
     assert busy.drafters == ("lookup",)
     assert "best case" not in busy.notes[0].brief.replace("no best case claimed", "")
     assert "busy machine" in busy.notes[0].brief and "other work kept 1.0 of 2 cores" in busy.notes[0].reason
+
+
+def test_the_drift_recheck_claims_no_best_case_from_a_busy_calibration():
+    c = refusing("verifying 9 tokens timed cheaper than 1")
+    c.answer_plan(Mode.AUTO, has_model=True)
+    events = []
+    for _ in range(16):  # the other program is gone: rounds cost a third of the calibrated cost
+        plan = c.plan(Mode.AUTO, {})
+        events += c.observe(Mode.AUTO, plan, RoundStats(0, "none", 0, 0, 0, 1, 0.0, 0.010, 0.005))
+    assert len(events) == 1 and "timed on a busy machine" in events[0].reason
+    assert "best case" not in events[0].brief and "no best case claimed" in events[0].reason
