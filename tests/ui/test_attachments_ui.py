@@ -40,6 +40,11 @@ def test_a_pasted_file_goes_with_the_question_and_stays_a_chip(qtbot, fake_app, 
     assert pane.composer.canInsertFromMimeData(files_mime(source))
     pane.composer.insertFromMimeData(files_mime(source))  # what a paste or a drop of a file does
     assert pane.composer.toPlainText() == ""  # attached, not typed in as its path
+    text = QMimeData()
+    text.setText("plain words")
+    pane.composer.insertFromMimeData(text)  # a paste of text is text, as ever
+    assert pane.composer.toPlainText() == "plain words" and len(pane.pending) == 1
+    pane.composer.clear()
     assert [t for t in pane.pending_chips.texts() if "util.py" in t] and pane.pending_chips.isVisible()
     assert "1 file, about 8 tokens" in pane.files_line.text()
     send(qtbot, pane, "rename f to g")
@@ -89,6 +94,8 @@ def test_a_pdf_is_read_by_its_child_while_the_window_goes_on(qtbot, fake_app, tm
     (tmp_path / "paper.pdf").write_bytes(make_pdf(["Lookup decoding copies text"]))
     pane.attach_files([tmp_path / "paper.pdf"])
     assert pane.reader.busy and pane.files_line.text() == "reading a PDF…"  # returned at once
+    send(qtbot, pane, "summarize it")
+    assert "still being read" in pane.notice.text() and not s.store.messages(s.window.chat_id)
     qtbot.waitUntil(lambda: not pane.reader.busy, timeout=30_000)
     assert [f.name for f in pane.pending] == ["paper.pdf"]
     assert "Lookup decoding copies text" in pane.pending[0].data.decode()

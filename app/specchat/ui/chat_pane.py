@@ -240,7 +240,10 @@ class ChatPane(QWidget):
 
     def send(self) -> None:
         text = self.composer.toPlainText().strip()
-        if (not text and not self.pending) or self.chat_id is None or self.generating or self.reader.busy:
+        if (not text and not self.pending) or self.chat_id is None or self.generating:
+            return
+        if self.reader.busy:  # the question goes with every file asked for, or waits
+            self.show_notice("a PDF is still being read: send when its chip shows")
             return
         s = self.settings()
         if s.target is None and not s.backend:  # a server chat needs no local pair
