@@ -249,6 +249,29 @@ def test_a_chatgpt_tree_with_a_cycle_imports_without_hanging(fresh, tmp_path):
     assert len(fresh.messages(chat.id)) == 4
 
 
+def test_a_chatgpt_export_whose_branches_share_one_long_chain_takes_each_node_once(fresh, tmp_path):
+    """A hostile "tree": every question on the path also lists the same 2,000-message chain as another
+    answer.  Followed for each, that is 400,000 messages; each node becomes one message at most."""
+    mapping = {"r": {"id": "r", "message": None, "parent": None, "children": ["q0"]}}
+    shared = [f"s{i}" for i in range(2000)]
+    for i, sid in enumerate(shared):
+        mapping[sid] = {"id": sid, "parent": shared[i - 1] if i else None, "children": shared[i + 1:i + 2],
+                        "message": {"author": {"role": "assistant"}, "content": {"content_type": "text", "parts": ["s"]}}}
+    previous = "r"
+    for i in range(200):
+        q, a = f"q{i}", f"a{i}"
+        mapping[q] = {"id": q, "parent": previous, "children": ["s0", a],
+                      "message": {"author": {"role": "user"}, "content": {"content_type": "text", "parts": [f"q{i}"]}}}
+        mapping[a] = {"id": a, "parent": q, "children": [f"q{i + 1}"] if i < 199 else [],
+                      "message": {"author": {"role": "assistant"}, "content": {"content_type": "text", "parts": ["a"]}}}
+        previous = a
+    (tmp_path / "dag.json").write_text(json.dumps([{"title": "dag", "mapping": mapping, "current_node": "a199"}]))
+    (chat,) = exchange.import_file(fresh, tmp_path / "dag.json")[1]
+    assert len(fresh.messages(chat.id)) == 400
+    held = fresh.connection.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat.id,)).fetchone()[0]
+    assert held <= 400 + 2000
+
+
 def _specchat_doc(store: Store, tmp_path: Path) -> dict:
     for i in range(2):
         chat = store.create_chat(f"chat {i}")

@@ -246,21 +246,26 @@ def tree_chat(title: str, created: float, updated: float, nodes: Mapping[str, No
         return keys
 
     add((nodes[i] for i in path), None)
-    shown = set(path)
+    used = set(path)  # a node becomes one message at most (an export whose "tree" shares nodes is cut there)
     owners: dict[int, list[tuple[str, list[Node]]]] = {}  # message key -> (version text, tail) per branch
     for i, node_id in enumerate(path[:-1]):
         here, following = nodes[node_id], path[i + 1]
         for sibling in here.children:
-            if sibling == following or sibling in shown or sibling not in nodes:
+            if sibling == following or sibling in used or sibling not in nodes:
                 continue
             branch = nodes[sibling]
             nxt = nodes[following]
             if nxt.role == "user" and branch.role == "user" and following in key_of:
                 # an edit: another text of the question shown next, with what followed it
-                owners.setdefault(key_of[following], []).append((branch.content, _newest_chain(nodes, branch.id)[1:]))
+                chain = _newest_chain(nodes, branch.id, used)
+                owners.setdefault(key_of[following], []).append((branch.content, chain[1:]))
             elif here.role == "user" and node_id in key_of:
                 # a regeneration: another answer to this question
-                owners.setdefault(key_of[node_id], []).append((here.content, _newest_chain(nodes, branch.id)))
+                chain = _newest_chain(nodes, branch.id, used)
+                owners.setdefault(key_of[node_id], []).append((here.content, chain))
+            else:
+                continue
+            used.update(n.id for n in chain)
     for owner, branches in owners.items():
         for number, (text, tail) in enumerate(branches, start=1):
             vkey = len(versions) + 1
@@ -289,12 +294,13 @@ def _shown_path(nodes: Mapping[str, Node], current: str | None) -> list[str]:
     return path[::-1]
 
 
-def _newest_chain(nodes: Mapping[str, Node], start: str) -> list[Node]:
-    """``start`` and below it the newest (last) child at each step; a cycle is cut."""
+def _newest_chain(nodes: Mapping[str, Node], start: str, used: set[str] | frozenset[str] = frozenset()) -> list[Node]:
+    """``start`` and below it the newest (last) child at each step, up to a node already ``used``; a cycle
+    is cut."""
     chain: list[Node] = []
     seen: set[str] = set()
     at: str | None = start
-    while at is not None and at in nodes and at not in seen:
+    while at is not None and at in nodes and at not in seen and at not in used:
         seen.add(at)
         chain.append(nodes[at])
         kids = [c for c in nodes[at].children if c in nodes]
