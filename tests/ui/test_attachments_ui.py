@@ -9,7 +9,7 @@ from PySide6.QtCore import QMimeData, QUrl
 
 from helpers.app_driver import send, wait_idle
 from helpers.fakes import FakeSpec
-from test_attachments import make_pdf
+from helpers.pdfs import make_pdf
 
 
 @pytest.fixture(autouse=True)
