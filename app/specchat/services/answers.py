@@ -456,6 +456,8 @@ class AnswerService(QObject):
             self.changed.emit(live.chat_id)  # its footer says how far the load it waits for is
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
+        if self._closed:  # a load that ended as the app closed: its store is gone, nothing waits for it
+            return
         self._loaded, self._loading = self._loading, None
         self.load_progress = None
         self.pair_info = info
@@ -478,6 +480,8 @@ class AnswerService(QObject):
             self._start(live)
 
     def _on_pair_failed(self, message: str) -> None:
+        if self._closed:
+            return
         self._loaded = self._loading = None
         self.load_progress = None
         self.pair_info = None
