@@ -98,6 +98,7 @@ def test_restore_a_backup_brings_the_chats_back_and_keeps_what_it_replaced(app):
     store = app.session.store
     made = window.commands.back_up()
     window.delete_chat(app.first)
+    assert window.undo_bar.pending == [app.first]
     store.purge_trash()
     store.create_chat("Made after the backup")
     dialog = run_dialog(window, "restore_backup")
@@ -107,6 +108,7 @@ def test_restore_a_backup_brings_the_chats_back_and_keeps_what_it_replaced(app):
     titles = sorted(text for _, text in window.chats.items())
     assert titles == ["Haiku", "Sorting"]
     assert window.pane.chat_id in {c.id for c in store.list_chats()}
+    assert window.undo_bar.pending == []  # no undo of a delete from before the restore
     kept = [b for b in backup.list_backups(made.parent) if b.reason == "before-restore"]
     assert len(kept) == 1
 

@@ -272,6 +272,7 @@ class MainWindow(QMainWindow):
         if imported:
             self.open_chat(imported[0])
         else:
+            self.undo_bar.dismiss()  # a deleted chat of before the restore is not the chat of that id now
             self.chats.current = None
             self._open_newest()
 
