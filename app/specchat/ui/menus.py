@@ -35,7 +35,6 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
     ("&File", (
         Entry("New chat", "new_chat", (QKeySequence.StandardKey.New,)),
         SEPARATOR,
-        Entry("Export this chat…", "export_chat", ("Ctrl+Shift+E",)),
         Entry("Export all chats…", "export_all_chats"),
         Entry("Import chats…", "import_chats", ("Ctrl+Shift+I",)),
         Entry("Restore a backup…", "restore_backup"),
@@ -50,6 +49,7 @@ MENUS: tuple[tuple[str, tuple[Entry, ...]], ...] = (
         Entry("Copy the last answer", "copy_last_answer", ("Ctrl+Shift+C",)),
         Entry("Regenerate the last answer", "regenerate", ("Ctrl+R",)),
         Entry("Presets…", "open_presets", ("Ctrl+Shift+P",)),
+        Entry("Export this chat…", "export_chat", ("Ctrl+Shift+E",)),
         SEPARATOR,
         Entry("Delete this chat", "delete_chat", ("Ctrl+Shift+Backspace",)),
         Entry("Undo delete", "undo_delete", (QKeySequence.StandardKey.Undo,)),
