@@ -120,8 +120,13 @@ class ChatCommands:
 
     def import_file(self, path: Path) -> tuple[list[Chat], str]:
         """Add the chats of a SpecChat, ChatGPT or Open WebUI export as new chats, all or none; (the new
-        chats, the line that says so)."""
-        kind, chats = exchange.import_file(self.store, path)
+        chats, the line that says so).  :func:`read_import` then :meth:`store_import` is the same in two
+        steps, the first on any thread."""
+        return self.store_import(read_import(path), path)
+
+    def store_import(self, read: tuple[str, list[exchange.ImportedChat]], path: Path) -> tuple[list[Chat], str]:
+        kind, found = read
+        chats = exchange.import_chats(self.store, found)
         article = "an" if kind[0] in "AEIOU" else "a"
         return chats, f"imported {len(chats)} chat{'s' if len(chats) != 1 else ''} from {article} {kind} export ({path})"
 
@@ -142,3 +147,17 @@ class ChatCommands:
 
         saved = backup.restore(self.store.connection, self.database(), chosen, keep=keep, after=migrate)
         return f"restored the chats from {chosen.name}; what they were is kept as {saved.name}"
+
+
+def read_import(path: Path) -> tuple[str, list[exchange.ImportedChat]]:
+    """Read and check an export file whole (no store: a task runner's thread may): (its format, its chats)."""
+    return exchange.read_file(path)
+
+
+def export_from(database: Path, chat_id: int | None, path: Path, fmt: str, *, reasoning: bool = True) -> str:
+    """:meth:`ChatCommands.export` on a connection of its own to ``database`` (a task runner's thread may):
+    WAL gives it one consistent snapshot while the window writes."""
+    from specchat.store import open_store
+
+    with open_store(database, recover=False) as store:
+        return ChatCommands(store).export(chat_id, path, fmt, reasoning=reasoning)

@@ -30,6 +30,12 @@ def status(window) -> str:
     return window.statusBar().currentMessage()
 
 
+def finish(window, qtbot) -> None:
+    """The file is read or written on the session's task runner: wait for it (the line says how it went)."""
+    assert window.files.working or status(window).startswith(("not exported", "nothing imported"))
+    qtbot.waitUntil(lambda: not window.files.working, timeout=30_000)
+
+
 def run_dialog(window, slot: str, path: Path | None = None):
     window.actions_by_slot[slot].trigger()
     dialog = window.files.dialog
@@ -39,52 +45,59 @@ def run_dialog(window, slot: str, path: Path | None = None):
     return dialog
 
 
-def test_export_this_chat_as_markdown_says_where_it_went(app, tmp_path):
+def test_export_this_chat_as_markdown_says_where_it_went(app, qtbot, tmp_path):
     window = app.window
     window.open_chat(app.first)
     dest = tmp_path / "sorting.md"
     dialog = run_dialog(window, "export_chat", dest)
     assert dialog.this_chat.isChecked() and "Sorting" in dialog.this_chat.text()
     dialog.export_button.click()
+    assert status(window) == f"exporting to {dest}…"
+    finish(window, qtbot)
     assert status(window) == f"exported “Sorting” to {dest}"
     text = dest.read_text()
     assert "# Sorting" in text and "```python\nsorted(xs)\n```" in text and "easy one" in text and "Haiku" not in text
 
 
-def test_export_all_as_json_then_import_it_adds_the_chats_again(app, tmp_path):
+def test_export_all_as_json_then_import_it_adds_the_chats_again(app, qtbot, tmp_path):
     window = app.window
     dest = tmp_path / "all.json"
     dialog = run_dialog(window, "export_all_chats", dest)
     dialog.json.setChecked(True)
     dest = Path(dialog.path.text())
     dialog.export_button.click()
+    finish(window, qtbot)
     assert status(window) == f"exported 2 chats to {dest}"
     assert len(json.loads(dest.read_text())["chats"]) == 2
 
     dialog = run_dialog(window, "import_chats", dest)
     dialog.import_button.click()
+    finish(window, qtbot)
     assert status(window).startswith("imported 2 chats from a SpecChat export")
     titles = [text for _, text in window.chats.items()]
     assert titles.count("Sorting") == 2 and titles.count("Haiku") == 2
     assert window.pane.chat_id not in (app.first, None)  # the imported chat is shown
 
 
-def test_importing_a_chatgpt_export_shows_its_chat(app):
+def test_importing_a_chatgpt_export_shows_its_chat(app, qtbot):
     dialog = run_dialog(app.window, "import_chats", DATA / "chatgpt-conversations.json")
     dialog.import_button.click()
+    finish(app.window, qtbot)
     assert "imported 2 chats from a ChatGPT export" in status(app.window)
     assert "Sorting in Python" in [text for _, text in app.window.chats.items()]
 
 
-def test_a_refused_import_or_export_is_one_line_and_changes_nothing(app, tmp_path):
+def test_a_refused_import_or_export_is_one_line_and_changes_nothing(app, qtbot, tmp_path):
     window = app.window
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "specchat-chats", "version": 99, "chats": []}')
     before = window.chats.items()
     run_dialog(window, "import_chats", bad).import_button.click()
+    finish(window, qtbot)
     assert status(window).startswith("nothing imported: cannot import") and "newer SpecChat" in status(window)
     assert window.chats.items() == before
     run_dialog(window, "export_chat", tmp_path).export_button.click()  # a folder
+    finish(window, qtbot)
     assert status(window) == f"not exported: cannot export to {tmp_path}: a folder, not a regular file"
 
 

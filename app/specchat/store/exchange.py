@@ -315,8 +315,8 @@ def parse(doc: object) -> tuple[str, list[ImportedChat]]:
     raise ValueError("not a SpecChat, ChatGPT (conversations.json) or Open WebUI chat export")
 
 
-def import_file(store: Store, path: Path) -> tuple[str, list[Chat]]:
-    """Import every chat of ``path`` as new chats, all or none; (the format's name, the new chats)."""
+def read_file(path: Path) -> tuple[str, list[ImportedChat]]:
+    """The chats of ``path``, checked whole, and its format's name; touches no store (any thread may)."""
     doc = read_document(path)
     try:
         kind, chats = parse(doc)
@@ -324,6 +324,12 @@ def import_file(store: Store, path: Path) -> tuple[str, list[Chat]]:
         raise ExchangeError(f"cannot import {path}: {exc}") from None
     if not chats:
         raise ExchangeError(f"cannot import {path}: it holds no chats")
+    return kind, chats
+
+
+def import_file(store: Store, path: Path) -> tuple[str, list[Chat]]:
+    """Import every chat of ``path`` as new chats, all or none; (the format's name, the new chats)."""
+    kind, chats = read_file(path)
     return kind, import_chats(store, chats)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
@@ -32,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specchat.chat_commands import ChatCommands
+from specchat.chat_commands import ChatCommands, export_from, read_import
 from specchat.config import AppConfig
 from specchat.errors import UserError
 from specchat.store import backup
@@ -215,6 +216,7 @@ class ChatFiles(QObject):
         self.folder = folder or Path.home()
         self.dialog: QDialog | None = None  # the one open (tests drive it)
         self._backup: TaskHandle | None = None
+        self._handles: set[TaskHandle] = set()  # exports and imports under way
         if tasks is not None:
             self._timer = QTimer(self, interval=CHECK_EVERY_MS)
             self._timer.timeout.connect(self.back_up_if_due)
@@ -246,14 +248,16 @@ class ChatFiles(QObject):
 
     def _export(self, dialog: ExportDialog, chat_id: int | None) -> None:
         path = Path(dialog.path.text().strip()).expanduser()
-        try:
-            line = self.commands.export(chat_id if dialog.this_chat.isChecked() else None, path, dialog.fmt,
-                                        reasoning=dialog.reasoning.isChecked())
-        except UserError as exc:
-            self.said.emit(f"not exported: {exc}")
-            return
-        self.folder = path.parent
-        self.said.emit(line)
+        which = chat_id if dialog.this_chat.isChecked() else None
+        fmt, reasoning = dialog.fmt, dialog.reasoning.isChecked()
+        database = self.commands.database()
+
+        def done(line: object) -> None:
+            self.folder = path.parent
+            self.said.emit(str(line))
+
+        self._run(lambda: export_from(database, which, path, fmt, reasoning=reasoning), done, "not exported",
+                  f"exporting to {path}…")
 
     def import_chats(self, *, ask: bool = True) -> ImportDialog:
         dialog = ImportDialog(self.owner, self.folder)
@@ -264,14 +268,40 @@ class ChatFiles(QObject):
         return dialog
 
     def _import(self, path: Path) -> None:
-        try:
-            chats, line = self.commands.import_file(path)
-        except UserError as exc:
-            self.said.emit(f"nothing imported: {exc}")
+        def done(read: Any) -> None:
+            try:
+                chats, line = self.commands.store_import(read, path)
+            except UserError as exc:
+                self.said.emit(f"nothing imported: {exc}")
+                return
+            self.folder = path.parent
+            self.said.emit(line)
+            self.chatsChanged.emit([c.id for c in chats])
+
+        self._run(lambda: read_import(path), done, "nothing imported", f"reading {path}…")
+
+    def _run(self, work: Callable[[], object], done: Callable[[Any], None], refused: str, busy: str) -> None:
+        """``work`` (reading or writing a file, no widget) on the task runner, then ``done`` with its result
+        on the GUI thread; a refusal is one line after ``refused``.  Without a runner, at once."""
+        if self.tasks is None:
+            try:
+                result = work()
+            except UserError as exc:
+                self.said.emit(f"{refused}: {exc}")
+                return
+            done(result)
             return
-        self.folder = path.parent
-        self.said.emit(line)
-        self.chatsChanged.emit([c.id for c in chats])
+        self.said.emit(busy)
+        handle = self.tasks.run_task(lambda _ctx: work(), name="chat files")
+        self._handles.add(handle)
+        handle.returned.connect(done)
+        handle.failed.connect(lambda line, _cancelled: self.said.emit(f"{refused}: {line}"))
+        handle.finished.connect(lambda: self._handles.discard(handle))
+
+    @property
+    def working(self) -> bool:
+        """Whether an export or an import is under way."""
+        return bool(self._handles)
 
     # -- backups ------------------------------------------------------------------------------------
 
