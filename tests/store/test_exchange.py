@@ -241,6 +241,17 @@ def test_openwebui_without_a_tree_reads_the_message_list(fresh, tmp_path):
     assert len(fresh.messages(chat.id)) == 4
 
 
+def test_a_chatgpt_export_without_parents_reads_its_messages_in_time_order(fresh, tmp_path):
+    def node(role: str, text: str, t: float) -> dict:
+        return {"message": {"author": {"role": role}, "content": {"parts": [text]}, "create_time": t}}
+
+    doc = [{"title": "flat", "mapping": {"b": node("assistant", "Here's how", 2.0), "a": node("user", "How?", 1.0),
+                                         "c": node("user", "Thanks", 3.0)}}]
+    (tmp_path / "flat.json").write_text(json.dumps(doc))
+    chat = exchange.import_file(fresh, tmp_path / "flat.json")[1][0]
+    assert [m.content for m in fresh.messages(chat.id)] == ["How?", "Here's how", "Thanks"]
+
+
 def test_a_chatgpt_tree_with_a_cycle_imports_without_hanging(fresh, tmp_path):
     doc = json.loads(CHATGPT.read_text())[:1]
     doc[0]["mapping"]["aaa-root"]["parent"] = "a2"  # the root's parent is the leaf

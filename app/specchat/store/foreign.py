@@ -87,6 +87,8 @@ def chatgpt_chats(doc: object) -> list[dict[str, Any]]:
                 raise ValueError(f"{where}: node {str(key)[:40]} is not an object")
             nodes[str(key)] = _chatgpt_node(str(key), raw, where)
         current = conv.get("current_node")
+        if len(nodes) > 1 and all(n.parent is None and not n.children for n in nodes.values()):
+            current = _chained(nodes)  # no tree at all (a hand-made or trimmed export): the messages in time order
         chats.append(tree_chat(_title(conv.get("title")), _seconds(conv.get("create_time")),
                                _seconds(conv.get("update_time")), nodes,
                                current if isinstance(current, str) else None))
@@ -132,6 +134,15 @@ def _chatgpt_node(key: str, raw: Mapping[str, Any], where: str) -> Node:
     node.role = role
     node.created_at = _seconds(message.get("create_time"))
     return node
+
+
+def _chained(nodes: Mapping[str, Node]) -> str:
+    """Link nodes that say nothing of each other one after another, by time (ties: as listed); the last."""
+    order = sorted(nodes.values(), key=lambda n: n.created_at)
+    for before, after in zip(order, order[1:], strict=False):
+        before.children.append(after.id)
+        after.parent = before.id
+    return order[-1].id
 
 
 # -- Open WebUI ------------------------------------------------------------------------------------------
