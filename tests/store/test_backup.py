@@ -118,3 +118,22 @@ def test_restoring_something_that_is_no_backup_is_one_line_and_changes_nothing(t
         with pytest.raises(StoreError, match="not a SpecChat backup"):
             backups.restore(store.connection, db, junk)
         assert titles(store) == ["mine"]
+
+
+def test_a_migration_that_fails_at_its_first_step_leaves_the_file_as_it_was_and_says_so(tmp_path):
+    db = tmp_path / "specchat.sqlite3"
+    conn = sqlite3.connect(db, isolation_level=None)
+    migrate(conn, {v: MIGRATIONS[v] for v in (1, 2, 3, 4)})
+    conn.execute("INSERT INTO chats (title, created_at, updated_at, settings) VALUES ('mine', 1, 1, '{}')")
+
+    def broken(c: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    failing = {v: MIGRATIONS[v] for v in (1, 2, 3, 4)} | {5: ["CREATE TABLE half (x)", broken]}
+    with pytest.raises(StoreError) as err:
+        backups.migrate_with_backup(conn, db, migrations=failing)
+    assert "could not be upgraded to schema 5" in str(err.value) and "disk I/O error); it is as it was" in str(err.value)
+    assert schema_version(conn) == 4
+    assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'half'").fetchone() is None
+    assert conn.execute("SELECT title FROM chats").fetchall() == [("mine",)]
+    conn.close()

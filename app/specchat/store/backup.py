@@ -146,6 +146,13 @@ def migrate_with_backup(conn: sqlite3.Connection, database: Path, *, keep: int =
     except Exception as exc:
         why = str(exc) or type(exc).__name__
         try:
+            reached = schema_version(conn)
+        except sqlite3.Error:
+            reached = -1
+        if reached == current:  # each version is one transaction: the failed one left nothing behind
+            raise StoreError(f"the chat database could not be upgraded to schema {newest} ({why}); it is as it "
+                             f"was (a copy from before is {made})") from exc
+        try:
             _copy_into(made, conn)
         except (OSError, sqlite3.Error) as again:
             raise StoreError(f"the chat database could not be upgraded to schema {newest} ({why}), nor put back "
