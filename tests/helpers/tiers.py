@@ -16,6 +16,8 @@ INNER = (
 # in those places, what runs a child process or a whole command, or waits on a retry clock
 INNER_EXCEPT = (
     "tests/store/test_crash_safety.py",
+    "tests/store/test_exchange.py::test_json_round_trip_of_100_chats_and_5000_messages_gives_back_every_message_"
+    "version_and_figure",  # 5,000 messages written through the store (10 s)
     "tests/engine/test_grammar_hostile.py",  # each check is a child process (6 s in all)
     "tests/ui/test_chat_settings_structured.py",  # OK checks the grammar in a child process
     "tests/services/test_services_on_the_fake.py::"
