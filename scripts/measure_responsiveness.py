@@ -43,6 +43,12 @@ def main() -> int:
                     help="print every event the GUI thread took longer than MS to handle (receiver, event type)")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
                     help="sys.setswitchinterval for this run (default: what the app sets)")
+    ap.add_argument("--api-flood", type=int, default=0, metavar="N",
+                    help="instead of chat answers: serve the API from the window and send N requests at once "
+                         "(--api-drop of them streamed and dropped after their first chunk), twice; the timer's "
+                         "lateness while the API answers, what each request got, and the RSS after each flood")
+    ap.add_argument("--api-drop", type=int, default=20)
+    ap.add_argument("--verbose", action="store_true", help="with --api-flood: one line per request")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -103,7 +109,7 @@ def main() -> int:
 
     def tick() -> None:
         now = time.perf_counter()
-        if window.pane.generating:
+        if window.pane.generating or (args.api_flood and session.answers.external is not None):
             lateness.append(now - last[0] - 0.020)
         last[0] = now
 
@@ -111,9 +117,81 @@ def main() -> int:
     timer.timeout.connect(tick)
     timer.start()
 
+    flood_state: dict = {"round": 0, "results": [], "threads": [], "rss": [], "ends": 0}
+
+    def flood() -> None:
+        """Send the requests from threads (as outside clients would), then wait for every answer to end."""
+        import threading
+
+        import httpx2
+
+        url = session.api.url
+        results = flood_state["results"] = []
+
+        def ask(i: int) -> None:
+            body = {"messages": [{"role": "user", "content": f"Say the number {i} in words."}],
+                    "max_tokens": 8, "stream": i < args.api_drop}
+            try:
+                if i < args.api_drop:
+                    with httpx2.stream("POST", url + "/chat/completions", json=body, timeout=900) as r:
+                        for line in r.iter_lines():
+                            if '"content"' in line:
+                                break
+                    results.append("dropped")
+                else:
+                    results.append(httpx2.post(url + "/chat/completions", json=body, timeout=900).status_code)
+            except httpx2.HTTPError as exc:
+                results.append(type(exc).__name__)
+
+        flood_state["threads"] = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(args.api_flood)]
+        flood_state["t0"] = time.perf_counter()
+        lateness.clear()
+        for t in flood_state["threads"]:
+            t.start()
+        QTimer.singleShot(100, flood_wait)
+
+    def flood_wait() -> None:
+        import psutil
+
+        if any(t.is_alive() for t in flood_state["threads"]) or session.answers.external is not None \
+                or session.answers.external_waiting:
+            QTimer.singleShot(100, flood_wait)
+            return
+        res = flood_state["results"]
+        late = sorted(lateness)
+        p99 = late[int(0.99 * (len(late) - 1))] if late else 0.0
+        flood_state["rss"].append(psutil.Process().memory_info().rss)
+        print(f"flood {flood_state['round'] + 1}: {args.api_flood} requests ({args.api_drop} dropped after the first "
+              f"chunk) in {time.perf_counter() - flood_state['t0']:.0f} s: {res.count(200)} answered (200), "
+              f"{res.count('dropped')} dropped, other {sorted({str(r) for r in res} - {'200', 'dropped'})}; "
+              f"API requests the window logged: {len(window_records)}; 20 ms timer while the API answered: "
+              f"worst {max(late, default=0) * 1e3:.1f} ms late, p99 {p99 * 1e3:.1f} ms; "
+              f"RSS {flood_state['rss'][-1] / 2**20:.0f} MiB", flush=True)
+        if args.verbose:
+            for r in window_records[-len(res):]:
+                print(f"    #{r.number} {r.status} {r.seconds:.2f} s {r.tokens} tok {r.tok_s:.1f} tok/s {r.mode} "
+                      f"{r.stop}", flush=True)
+        flood_state["round"] += 1
+        if flood_state["round"] < 2:
+            QTimer.singleShot(0, flood)
+        else:
+            print(f"RSS after the second flood / after the first: {flood_state['rss'][1] / flood_state['rss'][0]:.3f}")
+            app.quit()
+
+    window_records: list = []
+
     def start() -> None:
         if session.answers.pair_info is None:
             QTimer.singleShot(100, start)
+            return
+        if args.api_flood:
+            session.api.record.connect(window_records.append)
+            problem = session.api.start(port=0)
+            if problem:
+                print(f"the API did not start: {problem}")
+                app.quit()
+                return
+            QTimer.singleShot(0, flood)
             return
         if len(runs) == len(plan):
             if args.plain_first:
