@@ -306,3 +306,15 @@ def test_a_stream_held_open_and_never_read_does_not_hold_up_the_next_client():
         r = s.client().chat.completions.create(model="x", messages=HELLO, max_tokens=5)
         assert r.usage.completion_tokens == 5
         held.close()
+
+
+def test_cache_prompt_false_prefills_the_prompt_whole_and_usage_says_what_was_reused():
+    with Served() as s:
+        first = s.client().chat.completions.create(model="x", messages=HELLO, max_tokens=4)
+        again = s.client().chat.completions.create(model="x", messages=HELLO, max_tokens=4)
+        fresh = s.client().chat.completions.create(model="x", messages=HELLO, max_tokens=4,
+                                                   extra_body={"cache_prompt": False})
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert 0 < again.usage.prompt_tokens_details.cached_tokens < again.usage.prompt_tokens
+    assert fresh.usage.prompt_tokens_details.cached_tokens == 0
+    assert fresh.choices[0].message.content == again.choices[0].message.content

@@ -98,6 +98,10 @@ class LocalBackend:
         under truncate-middle), and the turns after a cut by a context shift where the model can
         shift (:meth:`~specchat.engine.runtime.LoadedModel.keep_prefix`), else prefilled again."""
         budget = self.pair.target.n_ctx - reserve(self.pair.target.n_ctx, request.max_tokens)
+        if request.fresh_prompt:  # nothing reused from the last answer: the prompt prefilled whole, as at a start
+            self.pair.target.clear()
+            if self.pair.draft is not None:
+                self.pair.draft.clear()
         if request.prompt:
             yield from self._complete(request, budget, cancel)
             return

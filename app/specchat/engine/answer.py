@@ -26,7 +26,9 @@ class AnswerRequest:
     max_tokens: int = 1024
     reasoning: bool | None = None  # the template's reasoning switch; None: the model's default
     stop: tuple[str, ...] = ()
-    fresh_prompt: bool = False  # bench on a server: no prompt cache, so prefill is measured as on a cold start
+    # no KV cache reused from the last answer (a bench: prefill measured as on a cold start, and the same
+    # floating-point path as a fresh process: llama.cpp's results depend a little on the batch split)
+    fresh_prompt: bool = False
     # local: the controller's live settings for this answer (the app's, as they are now); None: as loaded.
     # A server drafts as it was started and ignores it.
     controller: ControllerSettings | None = None

@@ -292,6 +292,8 @@ class SpecChatServer(_OpenSampling):
         super().body_extras(body, req)
         body["repeat_penalty"] = req.sampling.repeat_penalty
         body["specchat"] = {"mode": req.mode.value}
+        if req.fresh_prompt:
+            body["cache_prompt"] = False
 
     def summary(self, chunk: dict, where: str) -> RequestSpec | None:
         spec = chunk.get("specchat")

@@ -46,6 +46,7 @@ DEFAULT_PORT = 8177  # not LM Studio's 1234, Jan's 1337, GPT4All's 4891, Ollama'
 # text-generation-webui's 5000, llama-server's 8080, vLLM's 8000 or SGLang's 30000
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 RECENT = 200  # request records kept for the window's API view
+FORWARDED = (Started, TokensEmitted, Done, Failed, Error)  # what the HTTP side reads of an answer's events
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Limits:
     max_body: int = 4 << 20  # bytes of a request body (a long chat with pasted files fits)
     body_seconds: float = 30.0  # to send the whole body
     max_header_bytes: int = 32 << 10
-    max_connections: int = 64
+    max_connections: int = 256  # beyond the line (429) by far: the line, not uvicorn, refuses a flood
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +202,8 @@ class Api:
             cancel = CancelToken()
 
             def deliver(ev: Delivered) -> None:  # on the lane's thread
+                if not isinstance(ev, FORWARDED):  # a round's figures: the answer's totals come with Done
+                    return
                 try:
                     loop.call_soon_threadsafe(events.put_nowait, ev)
                 except RuntimeError:  # the server's loop has closed: nobody will read the answer
@@ -222,16 +225,26 @@ class Api:
     async def _stream(self, call: wire.Call, answer: wire.Answer, events: asyncio.Queue[Delivered],
                       cancel: CancelToken, record: ApiRecord) -> AsyncIterator[bytes]:
         status, stop = 200, "disconnected"
+        pending: deque[Delivered] = deque()  # taken from the queue while joining texts, not handled yet
         try:
             while True:
-                ev = await events.get()
+                ev = pending.popleft() if pending else await events.get()
                 if isinstance(ev, Started):
                     answer.prompt_tokens = ev.prompt_tokens
                     if answer.endpoint == "chat":
                         yield _sse(answer.chunk(role=True))
                 elif isinstance(ev, TokensEmitted):
-                    if ev.answer or ev.reasoning:
-                        yield _sse(answer.chunk(content=ev.answer, reasoning=ev.reasoning))
+                    # the texts that queued up while the client read (one chunk a round when it keeps up)
+                    content, thought = [ev.answer], [ev.reasoning]
+                    while not events.empty():
+                        more = events.get_nowait()
+                        if not isinstance(more, TokensEmitted):
+                            pending.append(more)
+                            break
+                        content.append(more.answer)
+                        thought.append(more.reasoning)
+                    if any(content) or any(thought):
+                        yield _sse(answer.chunk(content="".join(content), reasoning="".join(thought)))
                 elif isinstance(ev, Done):
                     answer.done = ev
                     if ev.stop_reason.value == "error":

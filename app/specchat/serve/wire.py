@@ -259,9 +259,12 @@ def parse(body: Any, endpoint: str, default_mode: Mode, defaults: SamplingSettin
         sampling.validate()
     except ValueError as exc:
         raise ApiError(str(exc)) from None
+    cache = body.get("cache_prompt", True)  # llama-server's field: false, no KV reused from the last answer
+    if not isinstance(cache, bool):
+        raise ApiError("cache_prompt must be true or false", param="cache_prompt")
     request = AnswerRequest(messages, mode=Mode(mode) if mode else default_mode, sampling=sampling,
                             max_tokens=limit or MAX_TOKENS_DEFAULT, reasoning=_reasoning(body), stop=_stops(body),
-                            prompt=prompt)
+                            prompt=prompt, fresh_prompt=not cache)
     return Call(request, endpoint, stream, include_usage, model, mode)
 
 
@@ -359,8 +362,9 @@ class Answer:
         if s.phases.reasoning.tokens:
             details["reasoning_tokens"] = s.phases.reasoning.tokens
         prompt = self.prompt_tokens or s.counts.prompt_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": tokens,
-                "total_tokens": prompt + tokens, "completion_tokens_details": details}
+        return {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens,
+                "prompt_tokens_details": {"cached_tokens": s.counts.reused_tokens},
+                "completion_tokens_details": details}
 
     def speculation(self) -> dict[str, Any]:
         """What speculation did for this answer, in SpecChat's own words and numbers."""
