@@ -24,7 +24,43 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def flood_client(url: str, n: int, drop: int) -> None:
+    """``--flood-client URL N DROP``: N requests at once from threads of this process, DROP of them streamed
+    and dropped after their first chunk; prints what each got, as JSON."""
+    import json
+    import threading
+
+    import httpx2
+
+    results: list = []
+
+    def ask(i: int) -> None:
+        body = {"messages": [{"role": "user", "content": f"Say the number {i} in words."}], "max_tokens": 8,
+                "stream": i < drop}
+        try:
+            if i < drop:
+                with httpx2.stream("POST", url + "/chat/completions", json=body, timeout=900) as r:
+                    for line in r.iter_lines():
+                        if '"content"' in line:
+                            break
+                results.append("dropped")
+            else:
+                results.append(httpx2.post(url + "/chat/completions", json=body, timeout=900).status_code)
+        except httpx2.HTTPError as exc:
+            results.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps(results))
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--flood-client"]:
+        flood_client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--mode", default="auto", choices=["auto", "draft", "lookup", "baseline"])
@@ -117,47 +153,30 @@ def main() -> int:
     timer.timeout.connect(tick)
     timer.start()
 
-    flood_state: dict = {"round": 0, "results": [], "threads": [], "rss": [], "ends": 0}
+    flood_state: dict = {"round": 0, "rss": []}
 
     def flood() -> None:
-        """Send the requests from threads (as outside clients would), then wait for every answer to end."""
-        import threading
+        """The requests come from another process (as outside clients do: no client thread shares the
+        window's interpreter); wait for it and for every answer to end."""
+        import subprocess
 
-        import httpx2
-
-        url = session.api.url
-        results = flood_state["results"] = []
-
-        def ask(i: int) -> None:
-            body = {"messages": [{"role": "user", "content": f"Say the number {i} in words."}],
-                    "max_tokens": 8, "stream": i < args.api_drop}
-            try:
-                if i < args.api_drop:
-                    with httpx2.stream("POST", url + "/chat/completions", json=body, timeout=900) as r:
-                        for line in r.iter_lines():
-                            if '"content"' in line:
-                                break
-                    results.append("dropped")
-                else:
-                    results.append(httpx2.post(url + "/chat/completions", json=body, timeout=900).status_code)
-            except httpx2.HTTPError as exc:
-                results.append(type(exc).__name__)
-
-        flood_state["threads"] = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(args.api_flood)]
+        flood_state["proc"] = subprocess.Popen(
+            [sys.executable, __file__, "--flood-client", session.api.url, str(args.api_flood), str(args.api_drop)],
+            stdout=subprocess.PIPE, text=True)
         flood_state["t0"] = time.perf_counter()
         lateness.clear()
-        for t in flood_state["threads"]:
-            t.start()
         QTimer.singleShot(100, flood_wait)
 
     def flood_wait() -> None:
         import psutil
 
-        if any(t.is_alive() for t in flood_state["threads"]) or session.answers.external is not None \
+        if flood_state["proc"].poll() is None or session.answers.external is not None \
                 or session.answers.external_waiting:
             QTimer.singleShot(100, flood_wait)
             return
-        res = flood_state["results"]
+        import json
+
+        res = json.loads(flood_state["proc"].stdout.read())
         late = sorted(lateness)
         p99 = late[int(0.99 * (len(late) - 1))] if late else 0.0
         flood_state["rss"].append(psutil.Process().memory_info().rss)

@@ -29,7 +29,7 @@ from specchat.errors import UserError, one_line
 
 from .wire import ApiError
 
-WAITING = 32  # requests in line behind the one answering; beyond: 429
+WAITING = 128  # requests in line behind the one answering; beyond: 429 (a client waiting costs a few KB)
 DEFAULT_SAMPLING = SamplingSettings()
 
 

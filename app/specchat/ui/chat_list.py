@@ -76,11 +76,19 @@ class ChatList(QObject):
         self.list.addActions([rename, delete])
         for w in (self.search, self.new_button, self.list):
             v.addWidget(w)
-        answers.queueChanged.connect(self.refresh)
+        answers.queueChanged.connect(self._queue_changed)
+        self._badges: dict | None = None  # the busy chats the list shows badges for
+
+    def _queue_changed(self) -> None:
+        """The answer line changed: rebuild only if a chat's badge did (an API request in line changes none,
+        and a flood of them must not rebuild the list a hundred times)."""
+        if self.answers.busy_chats() != self._badges:
+            self.refresh()
 
     def refresh(self) -> None:
         """Rebuild the list (newest activity first), keeping the selection, with busy badges."""
         busy = self.answers.busy_chats()
+        self._badges = busy
         self.list.blockSignals(True)
         try:
             self.list.clear()
