@@ -40,6 +40,17 @@ def printable(text: object, limit: int = 400) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
+def for_terminal(text: str, stream: object) -> str:
+    """A model's streamed text as it may go to ``stream``: unchanged into a pipe or a file (the
+    model's exact words), but on a terminal every control character other than newline and tab
+    (ESC sequences that retitle, recolour or clear it; bidi overrides) shown as its escape, as
+    :func:`printable` does, without a length limit."""
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else ascii(c)[1:-1] for c in text)
+
+
 @contextlib.contextmanager
 def collect_warnings() -> Iterator[list[str]]:
     """Collect what the core logs as warnings meanwhile (logger "specchat": a damaged file moved

@@ -309,6 +309,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _print_answer(events) -> int:
     """Stream an answer's events to the terminal (reasoning to stderr) and end with the stats line."""
     from specchat.engine import Done, Error, Fallback, TokensEmitted
+    from specchat.errors import for_terminal
     from specchat.stats_line import stats_line
     from specchat.store import MessageStats
 
@@ -321,9 +322,9 @@ def _print_answer(events) -> int:
                 if not in_reasoning_shown:
                     print("[reasoning] ", end="", file=sys.stderr)
                     in_reasoning_shown = True
-                print(ev.reasoning, end="", file=sys.stderr, flush=True)
+                print(for_terminal(ev.reasoning, sys.stderr), end="", file=sys.stderr, flush=True)
             if ev.answer:
-                out.write(ev.answer)
+                out.write(for_terminal(ev.answer, out))
                 out.flush()
         elif isinstance(ev, Fallback):
             print(f"\n[{'warning' if ev.warning else 'note'}] {ev.reason}", file=sys.stderr)
