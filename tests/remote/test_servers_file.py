@@ -150,3 +150,23 @@ def test_a_servers_model_id_with_terminal_escapes_is_printed_escaped(tmp_path):
     path.write_text(json.dumps({"version": 1, "servers": [{"name": "box", "url": "http://box:1", "model": EVIL}]}))
     rc, out, _ = command(tmp_path, "servers", "list")
     assert rc == 0 and "\x1b" not in out and "model qwen\\x1b]0;pwned" in out
+
+
+def test_two_servers_with_one_name_are_both_kept_and_the_user_told(tmp_path):
+    from specchat.errors import collect_warnings
+
+    path = servers_file(Profile.at(tmp_path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "servers": [
+        {"name": "box", "url": "http://first:8080"}, {"name": "box", "url": "http://second:8080"},
+        {"name": "box-2", "url": "http://third:8080"}]}))
+    servers = ServerList(path)
+    with collect_warnings() as seen:
+        listed = {s.name: s.url for s in servers.all()}
+    assert listed == {"box": "http://first:8080", "box-3": "http://second:8080", "box-2": "http://third:8080"}
+    assert len(seen) == 1 and "two servers are named 'box'" in seen[0] and "'box-3'" in seen[0]
+
+    servers.put(ServerConfig("other", "http://other:1"))  # the next write keeps all of them, renamed once
+    with collect_warnings() as seen:
+        assert {s.name for s in servers.all()} == {"box", "box-2", "box-3", "other"}
+    assert seen == []

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from specchat import files
 from specchat.bounded_json import loads
-from specchat.errors import one_line
+from specchat.errors import one_line, printable
 from specchat.profile import Profile
 
 from .errors import ServerError
@@ -207,11 +207,20 @@ def _parse(raw: bytes, too_big: bool) -> tuple[dict[str, ServerConfig], str]:
     out: dict[str, ServerConfig] = {}
     # every entry, also past MAX_SERVERS (a hand-edited file): the next write keeps them all, and adding
     # is refused while the list is full (the file's byte cap bounds the count)
-    for entry in doc["servers"]:
-        try:
-            server = ServerConfig.from_json(entry)
-        except ServerError as exc:
-            return {}, str(exc)
+    try:
+        listed = [ServerConfig.from_json(entry) for entry in doc["servers"]]
+    except ServerError as exc:
+        return {}, str(exc)
+    taken = {server.name for server in listed}
+    for server in listed:
+        if server.name in out:  # a hand-edited file: both kept, the later one renamed (the next write keeps it)
+            n = 2
+            while (name := f"{server.name[:60]}-{n}") in taken:
+                n += 1
+            taken.add(name)
+            files.warn(f"servers.json: two servers are named {server.name!r}; the later one "
+                       f"({printable(server.url, 120)}) is listed as {name!r}")
+            server = replace(server, name=name)
         out[server.name] = server
     return out, ""
 
