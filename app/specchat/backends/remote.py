@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
-from specchat.engine.events import Done, Fallback
+from specchat.engine.events import Done, Fallback, StopReason
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
 from specchat.engine.settings import Mode
@@ -30,6 +30,7 @@ from specchat.remote.llama_server import MANAGED
 from specchat.remote.servers import Keychain, ServerConfig
 
 from .protocol import PairInfo, ServerReport
+from .server_auto import WINDOW, Choice, Sample, ServerAuto
 
 if TYPE_CHECKING:
     from specchat.remote.llama_server import ManagedServer
@@ -82,11 +83,16 @@ class RemoteBackend:
     """A connected server: its capabilities, and answers as engine events."""
 
     def __init__(self, client: ServerClient, caps: Capabilities, process: ManagedServer | None = None,
-                 label: str = "") -> None:
+                 label: str = "", spec: ManagedSpec | None = None) -> None:
         self.client = client
         self.caps = caps
         self._process = process  # the ManagedServer this backend started and stops
         self.label = label or client.where  # as the chat names it (RemoteConfig.label)
+        # a managed llama-server started with a drafter: auto turns it on or off per answer (a restart of the
+        # same binary, target and options with or without the drafter), from the rates of each task
+        self._spec = spec if process is not None and spec is not None and caps.speculative else None
+        self.auto = ServerAuto(f"llama-server's {spec.spec_type}") if self._spec is not None and spec else None
+        self._samples: dict[str, list[Sample]] = {}  # per task, this backend's own answers (no store given)
 
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
@@ -141,7 +147,59 @@ class RemoteBackend:
         except BaseException:
             process.stop()
             raise
-        return cls(client, caps, process, label)
+        return cls(client, caps, process, label, spec)
+
+    def _switch(self, on: bool) -> None:
+        """Restart the managed llama-server with its drafter (``on``) or without (plain decoding): the same
+        binary, target, context, threads and layers; ServerError (one line) when it does not come back."""
+        from specchat.remote.llama_server import ManagedServer
+
+        spec, old = self._spec, self._process
+        assert spec is not None and old is not None
+        self.client.close()
+        old.stop()
+        self._process = None
+        process = ManagedServer(old.binary, spec.target, spec.draft if on else None,
+                                spec_type=spec.spec_type if on else "none", n_ctx=spec.n_ctx, threads=spec.threads,
+                                gpu_layers=spec.gpu_layers, log_dir=old.log_dir)
+        url = process.start()
+        try:
+            client = ServerClient(ServerConfig(MANAGED, url))
+            try:
+                caps = client.probe()
+            except BaseException:
+                client.close()
+                raise
+        except BaseException:
+            process.stop()
+            raise
+        self.client, self.caps, self._process = client, caps, process
+
+    def _auto_choice(self, request: AnswerRequest) -> Choice | None:
+        """Under ``auto`` on a managed llama-server with a drafter: on or off for this answer, the server
+        switched to it; under draft or lookup, the drafter back on if auto had turned it off."""
+        if self.auto is None:
+            return None
+        running = bool(self.caps.speculative)
+        if request.mode is Mode.AUTO:
+            samples = ([Sample(on, c) for on, c in request.measured] if request.measured
+                       else self._samples.get(request.task, []))
+            choice = self.auto.choose(request.task, samples, running)
+        else:  # draft or lookup: the drafter, back on if auto had turned it off; baseline: as it runs
+            if request.mode is not Mode.BASELINE and not running:
+                self._switch(True)
+            return None
+        if choice.on != running:
+            self._switch(choice.on)
+        return choice
+
+    def _learn(self, task: str, on: bool, done: Done) -> None:
+        """A finished answer's counts teach its task's rate (this backend's own, for callers with no store)."""
+        if done.stop_reason in (StopReason.CANCELLED, StopReason.ERROR) or not done.stats.counts.decode_tok_s:
+            return
+        samples = self._samples.setdefault(task, [])
+        samples.append(Sample(on, done.stats.counts))
+        del samples[:-4 * WINDOW]
 
     def answer(self, request: AnswerRequest, cancel: Cancel, *, mode: str = "",
                observe: Callable[[dict], None] | None = None) -> Iterator[AnswerEvent]:
@@ -151,6 +209,7 @@ class RemoteBackend:
         if request.prompt:
             raise UserError("a raw prompt (no chat template) needs a pair loaded by SpecChat, not a server")
         yield Started(0, False)
+        choice = self._auto_choice(request)
         note = self.baseline_note(request.mode)
         if note is not None:
             yield note
@@ -163,7 +222,11 @@ class RemoteBackend:
                     stats = replace(stats, structured=structured)
                 if note is not None:  # the footer's stats line says why this "baseline" answer drafted
                     stats = replace(stats, fallbacks=(*stats.fallbacks, note.reason), notes=(*stats.notes, note.brief))
+                if choice is not None:  # auto's choice for this task, and why, in the stats line
+                    stats = replace(stats, notes=(*stats.notes, choice.why))
                 ev = replace(ev, stats=stats)
+                if choice is not None:
+                    self._learn(request.task, choice.on, ev)
             yield ev
 
     def baseline_note(self, mode: Mode) -> Fallback | None:

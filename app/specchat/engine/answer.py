@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specchat.context_policy import ContextPolicy
+from specchat.metrics import Counts
 
 from .events import Event
 from .settings import ControllerSettings, Mode, SamplingSettings
@@ -38,6 +39,11 @@ class AnswerRequest:
     # a raw prompt instead of ``messages`` through the chat template (the API's /v1/completions);
     # a local pair only: a server backend refuses it
     prompt: str = ""
+    # the answer's task tag (a chat's task: code, edit, chat, json, summary, creative or the user's own)
+    task: str = "chat"
+    # a managed llama-server under auto: this task's answers measured there, oldest first, as (speculation
+    # on, their counts), from the stored task runs (backends/server_auto.py); () : the backend's own
+    measured: tuple[tuple[bool, Counts], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

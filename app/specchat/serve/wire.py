@@ -5,8 +5,9 @@ Every check of a body raises :class:`ApiError`: an HTTP status and an OpenAI-sty
 message names the field (``"temperature must be a finite number in [0, 2], not nan"``).  What SpecChat
 adds goes where OpenAI clients pass it through untouched:
 
-- asked: ``"specchat": {"mode": "auto" | "baseline" | "draft" | "lookup"}`` in the body (the ``openai``
-  package sends it with ``extra_body``); the reasoning switch as vLLM and llama-server take it,
+- asked: ``"specchat": {"mode": "auto" | "baseline" | "draft" | "lookup", "task": "code"}`` in the body (the
+  ``openai`` package sends it with ``extra_body``; the task tag, "chat" when absent, is what ``auto`` on a
+  managed llama-server keeps its rates by); the reasoning switch as vLLM and llama-server take it,
   ``"chat_template_kwargs": {"enable_thinking": bool}``;
 - answered: a ``"specchat"`` object beside ``usage`` (mode, drafters, drafted and accepted tokens, why a
   drafter did not run, tok/s and the plain rate the load measured), and the same counts in OpenAI's own
@@ -26,6 +27,7 @@ from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, GenerationStats, StopReason
 from specchat.engine.settings import Mode, SamplingSettings, Structured, StructuredOutput
 from specchat.errors import UserError, one_line
+from specchat.store.records import normalize_task_tag
 
 MAX_TOKENS_DEFAULT = 2048  # a request without max_tokens: at most this many (the context may stop it sooner)
 MAX_TOKENS_CAP = 32768
@@ -208,6 +210,20 @@ def _mode(body: dict) -> str:
     return str(v)
 
 
+TASK_MAX = 64  # characters of a task tag
+
+
+def _task(body: dict) -> str:
+    ext = body.get("specchat")
+    v = _object(ext, "specchat").get("task") if ext is not None else None
+    if v is None:
+        return "chat"
+    if not isinstance(v, str) or not v.strip() or len(v) > TASK_MAX or not v.isprintable():
+        raise ApiError(f"specchat.task must be a task tag (code, edit, chat, json, summary, creative or your own, "
+                       f"up to {TASK_MAX} printable characters); not {_shown(v)}", param="specchat.task")
+    return normalize_task_tag(v)
+
+
 def _reasoning(body: dict) -> bool | None:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is None:
@@ -264,7 +280,7 @@ def parse(body: Any, endpoint: str, default_mode: Mode, defaults: SamplingSettin
         raise ApiError("cache_prompt must be true or false", param="cache_prompt")
     request = AnswerRequest(messages, mode=Mode(mode) if mode else default_mode, sampling=sampling,
                             max_tokens=limit or MAX_TOKENS_DEFAULT, reasoning=_reasoning(body), stop=_stops(body),
-                            prompt=prompt, fresh_prompt=not cache)
+                            prompt=prompt, fresh_prompt=not cache, task=_task(body))
     return Call(request, endpoint, stream, include_usage, model, mode)
 
 

@@ -34,6 +34,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from specchat.attachments import chat_messages
 from specchat.backends.factory import BackendConfig
+from specchat.backends.server_auto import OFF_MODE, ON_MODE, samples_of
 from specchat.context_policy import ContextPolicy
 from specchat.engine import (
     ControllerSettings,
@@ -52,7 +53,7 @@ from specchat.engine.progress import LoadProgress
 from specchat.metrics import Counts
 from specchat.serve.lane import Deliver, Failed
 from specchat.store import AnswerWriter, ChatSettings, Message, MessageStats, Store, StoreWriteError
-from specchat.store.task_stats import pair_plain_runs
+from specchat.store.task_stats import mode_runs, pair_plain_runs
 from specchat.telemetry import TelemetryRecorder
 from specchat.workers.generation import GenerationService, PairInfo, Started
 
@@ -389,6 +390,9 @@ class AnswerService(QObject):
             controller=live.controller,  # the app's thresholds as they are now: a change needs no reload
             reasoning=s.reasoning if info is not None and info.supports_reasoning_switch else None,
             context_policy=ContextPolicy(s.context_policy),  # the whole chat goes; the backend cuts what must go
+            task=s.task,
+            # auto on a managed llama-server decides from this task's stored answers there (server_auto.py)
+            measured=self._measured(s) if mode is Mode.AUTO else (),
         )
         if self.recorder is not None:
             self.recorder.begin(live.request_id, live.chat_id, mode=mode.value)
@@ -429,6 +433,12 @@ class AnswerService(QObject):
         """The whole chat, each question with its files in its text: the backend's context policy counts
         them and the lookup drafter drafts from them (specchat.attachments.chat_messages)."""
         return chat_messages(self.store, chat_id, s.system_prompt)
+
+    def _measured(self, s: ChatSettings) -> tuple[tuple[bool, Counts], ...]:
+        """This chat's task's stored answers on its pair's managed llama-server, with speculation on and off."""
+        if s.target is None:
+            return ()
+        return samples_of(mode_runs(self.store, s.task, s.target, s.draft, (ON_MODE, OFF_MODE)))
 
     def _fail(self, live: LiveAnswer, message: str) -> None:
         """The answer cannot start (its pair failed to load): stored as an error that says why."""

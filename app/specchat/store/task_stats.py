@@ -43,8 +43,8 @@ class _Database(Protocol):
     @property
     def connection(self) -> sqlite3.Connection: ...
 
-__all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "pair_plain_runs", "plain_reference",
-           "record_run", "reset_task_stats", "task_table"]
+__all__ = ["MIN_PLAIN_RUNS", "PLAIN_MODE", "TASK_TAGS", "PlainReference", "TaskRow", "mode_runs", "pair_plain_runs",
+           "plain_reference", "record_run", "reset_task_stats", "task_table"]
 
 PLAIN_RUNS = 10  # the plain runs nearest in time that a reference pools (machine load drifts)
 
@@ -303,3 +303,21 @@ def reset_task_stats(store: _Database, tag: str | None = None) -> int:
             conn.execute("DELETE FROM task_phase_runs WHERE run_id IN (SELECT id FROM task_runs WHERE tag = ?)", (tag,))
             cur = conn.execute("DELETE FROM task_runs WHERE tag = ?", (tag,))
     return cur.rowcount
+
+
+def mode_runs(store: _Database, tag: str, target: Path | str, draft: Path | str | None, modes: tuple[str, ...],
+              limit: int = PLAIN_RUNS) -> list[tuple[str, Counts]]:
+    """The newest ``limit`` finished answers of each of ``modes`` for one task tag and pair, oldest first, as
+    (mode, counts): what ``auto`` on a managed llama-server decides from (backends/server_auto.py); a stopped
+    answer measured a part of one and is left out."""
+    columns = ", ".join(COUNT_FIELDS)
+    out: list[tuple[float, int, str, Counts]] = []
+    for mode in modes:
+        rows = store.connection.execute(
+            f"SELECT id, created_at, {columns} FROM task_runs WHERE tag = ? AND mode = ? AND target = ?"
+            f" AND draft IS ? AND {VALID_RUN}"
+            " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = task_runs.message_id AND m.state = 'stopped')"
+            " ORDER BY created_at DESC, id DESC LIMIT ?",
+            (tag, mode, str(target), str(draft) if draft else None, limit)).fetchall()
+        out += [(r["created_at"], r["id"], mode, Counts.from_dict({f: r[f] for f in COUNT_FIELDS})) for r in rows]
+    return [(mode, counts) for _at, _id, mode, counts in sorted(out, key=lambda t: (t[0], t[1]))]
