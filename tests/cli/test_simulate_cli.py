@@ -78,3 +78,15 @@ def test_bench_records_a_trace_and_a_profile_and_checks_the_simulator(smollm, tm
     sim = specchat("simulate", "--trace", trace, "--profile", profile)
     assert sim.returncode == 0, sim.stderr
     assert "(measured-cpu)" in sim.stdout and "goal: auto >= 0.97x plain per task" in sim.stdout
+
+
+def test_simulate_takes_a_trained_drafters_costs_and_refuses_a_bad_file_in_one_line(tmp_path):
+    costs = tmp_path / "dflash.json"
+    costs.write_text(json.dumps({"specchat_drafter_costs": 1, "kind": "draft-dflash", "call_x": 0.15, "token_x": 0,
+                                 "block": 16}))
+    proc = specchat("simulate", "--agreement", "0.9", "--profile", "rtx3090-qwen32b-q4_k_m", "--drafter-costs", costs)
+    assert proc.returncode == 0, proc.stderr
+    assert "drafter draft-dflash: a call 0.15x + 0.000x a pass, blocks of up to 16" in proc.stdout
+    costs.write_text('{"specchat_drafter_costs": 1, "kind": "draft-dflash", "call_x": NaN, "token_x": 0}')
+    one_line_error(specchat("simulate", "--agreement", "0.9", "--profile", "all", "--drafter-costs", costs),
+                   "dflash.json", "'call_x' must be a number from 0 to 100")

@@ -218,6 +218,13 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                           "(a draft right on that share of tokens, 8 answers of 256 tokens per share)")
     sim.add_argument("--profile", dest="cost_profile", action="append", required=True, metavar="PROFILE",
                      help="a shipped profile's name, 'all' (every shipped one) or a profile file (repeatable)")
+    sim.add_argument("--drafter-costs", type=Path, default=None, metavar="FILE",
+                     help="draft with a trained drafter's cost shape instead of the profile's draft model: a JSON "
+                          "file {\"specchat_drafter_costs\": 1, \"kind\": \"draft-dflash\", \"call_x\": 0.8, "
+                          "\"token_x\": 0, \"block\": 16}: the kind (draft-simple, draft-mtp, draft-eagle3, "
+                          "draft-dflash, draft-dspark), one draft call's fixed cost and each drafted token's, in "
+                          "target tokens of the profile, and the most tokens one call drafts (0: no limit); "
+                          "the draft mode, auto and the fixed-K rows use it")
     sim.add_argument("--noise", type=_fraction, default=None, help="replace the profiles' relative timing noise")
     sim.add_argument("--seed", type=_int_in(0, 1 << 30), default=0, help="seed of the simulated noise")
     sim.add_argument("--json", type=Path, default=None, metavar="FILE", help="write every figure as JSON here")

@@ -26,6 +26,7 @@ from specchat.harness.bench import BenchRow
 from specchat.harness.simulate import (
     CostProfile,
     format_result,
+    load_drafter_costs,
     load_profile,
     measured_profile,
     replay_bench,
@@ -34,6 +35,7 @@ from specchat.harness.simulate import (
     shipped_profiles,
     simulate,
     simulate_agreement,
+    with_drafter,
     with_noise,
 )
 from specchat.harness.suite import BenchPrompt
@@ -47,6 +49,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for spec in args.cost_profile:
         names.extend(shipped_profiles() if spec == "all" else [spec])
     profiles = [load_profile(n) for n in names]
+    if args.drafter_costs is not None:
+        costs = load_drafter_costs(args.drafter_costs)
+        profiles = [with_drafter(p, costs) for p in profiles]
     if args.noise is not None:
         profiles = [with_noise(p, args.noise) for p in profiles]
     if not args.trace and not args.agreement:

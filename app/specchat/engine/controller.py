@@ -108,6 +108,10 @@ class CostModel:
     def __init__(self, verify_s: dict[int, float] | None = None, draft_s: dict[str, float] | None = None):
         self.verify_s: dict[int, float] = dict(verify_s or {})
         self.draft_s: dict[str, float] = dict(draft_s or {})
+        # a drafter's fixed seconds per call on top of its cost per token: a trained drafter that drafts
+        # a block in one pass (DFlash) costs about the same for 2 tokens as for 16.  Only the simulator
+        # sets it (a profile's drafter costs, harness/simulate.py); the loop's drafters cost per token
+        self.draft_call_s: dict[str, float] = {}
         self.overhead_s = 0.0
         # seconds one re-captured call adds where llama.cpp replays CUDA graphs (engine/shapes.py):
         # set by a calibration on such a backend, then learned from the rounds that change size
@@ -157,11 +161,15 @@ class CostModel:
     def observe_overhead(self, seconds: float) -> None:
         self.overhead_s = (1 - EMA) * self.overhead_s + EMA * seconds
 
+    def draft_cost(self, drafter: str, k: int, a: float) -> float:
+        """Expected seconds a round drafting k tokens spends drafting (0 without a draft)."""
+        if k <= 0:
+            return 0.0
+        return draft_decodes(drafter, k, a) * self.draft_s.get(drafter, 0.0) + self.draft_call_s.get(drafter, 0.0)
+
     def rate(self, drafter: str, k: int, a: float) -> float:
         """Expected tokens per second of a round."""
-        cost = self.verify(k + 1) + self.overhead_s
-        if k > 0:
-            cost += draft_decodes(drafter, k, a) * self.draft_s.get(drafter, 0.0)
+        cost = self.verify(k + 1) + self.overhead_s + self.draft_cost(drafter, k, a)
         return expected_tokens(a, k) / cost
 
     def best_k(self, drafter: str, a: float, k_lo: int, k_hi: int) -> tuple[int, float]:
@@ -273,6 +281,7 @@ class DraftController:
         self._untried: set[Drafter] = set()
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
         self.calibration = CostModel(costs.verify_s, costs.draft_s)
+        self.calibration.draft_call_s = dict(costs.draft_call_s)
         self.calibration.noise = costs.noise
         self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
         self._measured: set[int] = set()  # verify sizes measured since the load
@@ -359,7 +368,8 @@ class DraftController:
         this project's 2-core CPU it is 1.0 and the clamp keeps only near-certain tokens.
         """
         c = self.costs
-        extra = c.draft_s.get(Drafter.MODEL, 0.0) + (c.verify(k + 1) - c.verify(1)) / max(k, 1)
+        extra = (c.draft_s.get(Drafter.MODEL, 0.0) + c.draft_call_s.get(Drafter.MODEL, 0.0) / max(k, 1)
+                 + (c.verify(k + 1) - c.verify(1)) / max(k, 1))
         share = extra / (c.verify(1) + c.overhead_s)
         return min(max(share, P_MIN_LO), P_MIN_HI)
 
@@ -440,7 +450,7 @@ class DraftController:
         c = self.costs
         best = (k_lo, 0.0)
         for k in range(k_lo, k_hi + 1):
-            cost = c.overhead_s + draft_decodes(drafter, k, a) * c.draft_s.get(drafter, 0.0)
+            cost = c.overhead_s + c.draft_cost(drafter, k, a)
             # a larger size costs a change there and one back, shared by the rounds this drafter
             # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts)
             cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + 2 * change_s / self._stay[drafter]
@@ -547,7 +557,8 @@ class DraftController:
             # a draft model's cost is per decoded token (what a calibration measures); a
             # proposal-only drafter's per proposed token
             per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
-            self.costs.observe_draft(plan.drafter, r.draft_s / per)
+            call = self.costs.draft_call_s.get(plan.drafter, 0.0)  # fixed per call: what is left is per token
+            self.costs.observe_draft(plan.drafter, max(r.draft_s - call, 0.0) / per)
         self.windows[plan.drafter].add(counts)
         if KINDS[plan.drafter].match_classes and plan.match:
             self.lookup_windows[match_class(plan.match)].add(counts)
@@ -614,6 +625,8 @@ class DraftController:
                 c.verify_s[n] = seconds * drift
         if Drafter.MODEL in cal.draft_s:
             c.draft_s[Drafter.MODEL] = cal.draft_s[Drafter.MODEL] * drift
+        if Drafter.MODEL in cal.draft_call_s:
+            c.draft_call_s[Drafter.MODEL] = cal.draft_call_s[Drafter.MODEL] * drift
         best = self.best_case_multiplier(Drafter.MODEL)
         self._refused = not self.viable(Drafter.MODEL)
         verdict = "still cannot pay" if self._refused else "can pay now: auto may use it from the next answer"

@@ -115,6 +115,10 @@ class ModelReplay:
     single-token decode per further drafted token; the last drafted token is decoded only when a
     ``p_min`` stop ended the draft.  The draft's cache follows the answer, so a drafter resumed
     after plain rounds pays its catch-up, as in the engine.
+
+    A profile with a trained drafter's costs (``head_draft_s``: MTP, EAGLE-3, DFlash) charges the same
+    passes at the head's fixed cost per call plus its cost per pass, with no catch-up (a head reads the
+    target's own states), and a DFlash block caps the draft (``draft_block``).
     """
 
     def __init__(self, ctx: ReplayContext) -> None:
@@ -123,7 +127,9 @@ class ModelReplay:
         self.valid = ctx.trace.prompt_tokens  # prompt + answer tokens the draft's cache holds (after its prefill)
 
     def offer(self, i: int, k_cap: int) -> Offer:
-        return Offer(min(k_cap, self.ctx.settings.k_max))
+        k = min(k_cap, self.ctx.settings.k_max)
+        block = self.ctx.profile.draft_block
+        return Offer(min(k, block) if block else k)
 
     def draft(self, i: int, plan: PlanView) -> Replayed:
         ctx = self.ctx
@@ -136,6 +142,10 @@ class ModelReplay:
         while n < plan.k and n < len(row) and row[n] >= p_stop:
             n += 1
         decoded = n - 1 if n == plan.k else n  # drafted tokens the draft decoded (the last one is not, at K)
+        head = profile.head_draft_s(decoded + 1)
+        if head is not None:  # a trained drafter: it reads the target's own states, so it has nothing to catch up
+            drafted = n if n >= max(ctx.n_min, 1) else 0
+            return Replayed(drafted, min(pt.draft_match[i], drafted), (clock(head),), 0, decoded + 1)
         seconds: tuple[float, ...]
         if ctx.shaped and 0 < catch_up < CATCH_UP_ONE_BY_ONE:  # one 1-token decode each
             seconds = (sum(clock(profile.draft_s) for _ in range(catch_up + 1)),)

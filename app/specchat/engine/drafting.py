@@ -131,6 +131,16 @@ class ReplayCosts(Protocol):
 
     def verify_s(self, n: int) -> float: ...
 
+    @property
+    def draft_block(self) -> int:
+        """The most tokens one draft call makes (a DFlash block); 0: no limit of the drafter's own."""
+        ...
+
+    def head_draft_s(self, passes: int) -> float | None:
+        """Seconds one call of a trained drafter (MTP, EAGLE-3, DFlash) costs with ``passes`` head passes:
+        its fixed cost per call and its cost per pass; None where the profile's drafter is a draft model."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayContext:

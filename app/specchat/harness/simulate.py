@@ -41,6 +41,10 @@ from .trace import PromptTrace, Trace, agreement_trace
 
 PROFILE_VERSION = 1
 PROFILE_KINDS = ("published", "measured-cpu", "measured-gpu")
+DRAFTER_COSTS_VERSION = 1
+# a drafter's kind as llama-server's --spec-type names it (draft-simple: a separate draft model)
+DRAFTER_KINDS = ("draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
+MAX_BLOCK = 256
 MAX_PROFILE_BYTES = 1 << 20
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
 CAL_DRAFTER = "model"
@@ -51,6 +55,41 @@ class ProfileError(UserError, ValueError):
 
 
 # -- cost profiles -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterCosts:
+    """What one draft call of a drafter costs, in multiples of one target token: a fixed cost per call
+    and a cost per pass (a token it drafts).  A draft model costs per decode (``call_x`` 0, ``token_x`` its
+    ``draft_x``); an MTP or EAGLE-3 head one light pass per token; a DFlash drafter a block of up to
+    ``block`` tokens in one pass (``call_x``, ``token_x`` about 0)."""
+
+    kind: str  # one of DRAFTER_KINDS
+    call_x: float  # one call, fixed / token_s
+    token_x: float  # each pass / token_s
+    block: int = 0  # the most tokens one call drafts (0: as many as the controller asks)
+    title: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def head(self) -> bool:
+        """A trained drafter (no draft model of its own to catch up)."""
+        return self.kind != "draft-simple"
+
+    def describe(self) -> str:
+        block = f", blocks of up to {self.block}" if self.block else ""
+        return f"drafter {self.kind}: a call {self.call_x:.2f}x + {self.token_x:.3f}x a pass{block}"
+
+    def to_json(self, *, standalone: bool = False) -> dict:
+        def num(key: str, value: float) -> object:
+            src = self.sources.get(key)
+            return {"value": value, "source": src} if src else value
+
+        head = {"specchat_drafter_costs": DRAFTER_COSTS_VERSION} if standalone else {}
+        return {**head, "kind": self.kind, "title": self.title, "call_x": num("call_x", self.call_x),
+                "token_x": num("token_x", self.token_x), **({"block": self.block} if self.block else {}),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +114,7 @@ class CostProfile:
     draft: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    drafter: DrafterCosts | None = None  # the drafter's own cost shape; None: a draft model at draft_x
 
     def verify_s(self, n: int) -> float:
         """A target decode of n tokens: linear between the given sizes, the last slope beyond them."""
@@ -82,7 +122,24 @@ class CostProfile:
 
     @property
     def draft_s(self) -> float:
-        return self.draft_x * self.token_s
+        """One draft decode (a trained drafter's: one pass)."""
+        return (self.drafter.token_x if self.drafter is not None else self.draft_x) * self.token_s
+
+    @property
+    def draft_call_s(self) -> float:
+        """A drafter's fixed cost per call (0 for a draft model: it costs per decode)."""
+        return self.drafter.call_x * self.token_s if self.drafter is not None else 0.0
+
+    @property
+    def draft_block(self) -> int:
+        return self.drafter.block if self.drafter is not None else 0
+
+    def head_draft_s(self, passes: int) -> float | None:
+        """One call of a trained drafter with ``passes`` passes; None for a draft model."""
+        d = self.drafter
+        if d is None or not d.head:
+            return None
+        return (d.call_x + d.token_x * passes) * self.token_s
 
     @property
     def gpu(self) -> bool:
@@ -101,6 +158,7 @@ class CostProfile:
             "draft_x": num("draft_x", self.draft_x), "overhead_s": num("overhead_s", self.overhead_s),
             "lookup_s": num("lookup_s", self.lookup_s), "noise": num("noise", self.noise),
             **({"recapture_s": num("recapture_s", self.recapture_s)} if self.recapture_s else {}),
+            **({"drafter": self.drafter.to_json()} if self.drafter is not None else {}),
             "notes": list(self.notes),
         }
 
@@ -155,8 +213,47 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
         draft=str(doc.get("draft", ""))[:200], sources=sources,
         notes=tuple(str(n)[:500] for n in doc.get("notes", []) if isinstance(n, str))
         if isinstance(doc.get("notes"), list) else (),
+        drafter=drafter_costs_from_json(doc["drafter"], f"{where}: drafter", version=False)
+        if doc.get("drafter") is not None else None,
     )
     return profile
+
+
+def drafter_costs_from_json(doc: object, where: str, *, version: bool = True) -> DrafterCosts:
+    """A drafter's costs: a file of their own (``version``: it says ``"specchat_drafter_costs": 1``), or a
+    profile's ``"drafter"`` object.  Every number finite and in range; one line naming the field if not."""
+    if not isinstance(doc, dict):
+        raise ProfileError(f"{where}: not a drafter's costs (a JSON object with kind, call_x and token_x)")
+    if version and doc.get("specchat_drafter_costs") != DRAFTER_COSTS_VERSION:
+        raise ProfileError(f"{where}: not a SpecChat drafter-costs file "
+                           f"(no \"specchat_drafter_costs\": {DRAFTER_COSTS_VERSION})")
+    kind = doc.get("kind")
+    if kind not in DRAFTER_KINDS:
+        raise ProfileError(f"{where}: 'kind' must be one of {', '.join(DRAFTER_KINDS)}")
+    sources: dict[str, str] = {}
+    call_x = _number(doc, "call_x", where, sources, lo=0.0, hi=100.0)
+    token_x = _number(doc, "token_x", where, sources, lo=0.0, hi=100.0)
+    if call_x + token_x < 1e-6:
+        raise ProfileError(f"{where}: 'call_x' and 'token_x' are both 0: drafting is never free")
+    if kind == "draft-simple" and call_x:
+        raise ProfileError(f"{where}: a draft model (draft-simple) costs per decode: 'call_x' must be 0")
+    block = doc.get("block", 0)
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block <= MAX_BLOCK:
+        raise ProfileError(f"{where}: 'block' must be a whole number of tokens from 1 to {MAX_BLOCK} (0: none)")
+    notes = doc.get("notes", [])
+    return DrafterCosts(kind, call_x, token_x, block, title=str(doc.get("title", ""))[:200], sources=sources,
+                        notes=tuple(str(n)[:500] for n in notes if isinstance(n, str)) if isinstance(notes, list)
+                        else ())
+
+
+def load_drafter_costs(path: Path) -> DrafterCosts:
+    """A drafter-costs file (``specchat simulate --drafter-costs FILE``)."""
+    return drafter_costs_from_json(_read_json(path, "drafter-costs file"), str(path))
+
+
+def with_drafter(profile: CostProfile, costs: DrafterCosts) -> CostProfile:
+    """The profile's machine and target with another drafter's cost shape."""
+    return replace(profile, drafter=costs, title=f"{profile.title}; drafting: {costs.title or costs.kind}")
 
 
 def shipped_profiles() -> list[str]:
@@ -176,20 +273,25 @@ def load_profile(spec: str) -> CostProfile:
                                " or give a profile file)")
         return profile_from_json(json.loads(entry.read_text(encoding="utf-8")), spec)
     path = Path(spec)
+    if not path.exists():
+        raise ProfileError(f"{spec}: no such cost profile (shipped: {', '.join(shipped_profiles()) or 'none'})")
+    return profile_from_json(_read_json(path, "cost profile"), spec)
+
+
+def _read_json(path: Path, what: str) -> object:
+    """A small JSON file (a cost profile, a drafter's costs): ProfileError, one line, when it is not one."""
     try:
         raw, more = files.read_capped(path, MAX_PROFILE_BYTES)
     except FileNotFoundError:
-        raise ProfileError(f"{spec}: no such cost profile (shipped: {', '.join(shipped_profiles()) or 'none'})") \
-            from None
+        raise ProfileError(f"{path}: no such {what}") from None
     except OSError as exc:
-        raise ProfileError(f"{spec}: cannot read the profile ({exc.strerror or exc})") from None
+        raise ProfileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if more:
-        raise ProfileError(f"{spec}: larger than {MAX_PROFILE_BYTES >> 10} KiB, not a cost profile")
+        raise ProfileError(f"{path}: larger than {MAX_PROFILE_BYTES >> 10} KiB, not a {what}")
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProfileError(f"{spec}: not JSON ({str(exc)[:120]})") from None
-    return profile_from_json(doc, spec)
+        raise ProfileError(f"{path}: not JSON ({str(exc)[:120]})") from None
 
 
 # -- policies -----------------------------------------------------------------------
@@ -263,6 +365,8 @@ class Clock:
         p = self.profile
         costs = CostModel({n: self(p.verify_s(n)) for n in batch_sizes(k_max)},
                           {CAL_DRAFTER: self(p.draft_s), Drafter.LOOKUP.value: 0.0})
+        if p.draft_call_s:  # a trained drafter's fixed cost per call, as its calibration would time it
+            costs.draft_call_s[CAL_DRAFTER] = self(p.draft_call_s)
         costs.recapture_s = self(p.recapture_s)  # a calibration on a shape-sensitive backend measures it
         return costs
 
@@ -485,7 +589,8 @@ def format_result(result: Result) -> str:
              f"trace: target {t.target}, draft {t.draft or '-'}, {len(t.prompts)} prompts, drafts up to {t.k_max}",
              f"one target token {p.token_s * 1e3:.2f} ms; verify 2/4/8/16 tokens "
              + "/".join(f"{p.verify_s(n) / p.token_s:.2f}x" for n in (2, 4, 8, 16))
-             + f"; draft token {p.draft_x:.2f}x; loop {p.overhead_s * 1e3:.2f} ms/round; noise {p.noise:.0%}",
+             + (f"; {p.drafter.describe()}" if p.drafter is not None else f"; draft token {p.draft_x:.2f}x")
+             + f"; loop {p.overhead_s * 1e3:.2f} ms/round; noise {p.noise:.0%}",
              ""]
     width = max(len(x.label) for x in result.policies) + 2
     head = "x plain".ljust(width) + "".join(f"{task[:9]:>10}" for task in tasks)
