@@ -20,7 +20,7 @@ from specchat.harness.simulate import (
     load_drafter_costs,
     load_profile,
     profile_from_json,
-    simulate_agreement,
+    simulate,
     standard_policies,
     with_drafter,
     with_noise,
@@ -36,8 +36,10 @@ def dflash(call_x: float = 0.15, block: int = 16) -> DrafterCosts:
 
 
 def x_plain(profile, policy: str, alpha: float = 0.9) -> float:
-    result = simulate_agreement([alpha], profile)
-    return result.multiplier(policy, f"a={alpha:.2f}")
+    """The policy's multiplier on the kit's agreement pair at ``alpha`` (4 answers of 256 tokens)."""
+    result = simulate(agreement_trace(alpha, prompts=4), profile,
+                      [p for p in standard_policies() if p.key in ("plain", policy)])
+    return result.multiplier(policy, "all")
 
 
 @pytest.mark.parametrize("policy", ["draft", "auto"])

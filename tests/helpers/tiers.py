@@ -6,7 +6,7 @@ from __future__ import annotations
 # second each; no model file, no subprocess-heavy or kill-and-restart test (those stay in the fast tier).
 INNER = (
     "tests/engine/", "tests/harness/", "tests/telemetry/", "tests/store/", "tests/test_metrics.py", "tests/test_config.py",
-    "tests/test_layers.py", "tests/backends/test_choose.py", "tests/test_files.py", "tests/test_cancel.py", "tests/workers/test_tasks.py", "tests/services/test_services_on_the_fake.py",
+    "tests/test_layers.py", "tests/backends/test_choose.py", "tests/backends/test_server_auto.py", "tests/test_files.py", "tests/test_cancel.py", "tests/workers/test_tasks.py", "tests/services/test_services_on_the_fake.py",
     "tests/services/test_long_chats.py", "tests/test_context_policy.py", "tests/ui/test_long_chat_ui.py",
     "tests/services/test_hub_tasks.py", "tests/ui/test_main_window.py", "tests/ui/test_chat_shortcuts.py",
     "tests/ui/test_telemetry_panel.py", "tests/ui/test_answer_view.py", "tests/ui/test_settings_dialogs.py",
