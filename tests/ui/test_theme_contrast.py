@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from specchat.ui.conversation import ConversationView
 from specchat.ui.markdown import render
@@ -16,11 +16,13 @@ from specchat.ui.theme import (
     DARK,
     LIGHT,
     MIN_CONTRAST,
+    MIN_FOCUS_CONTRAST,
     Theme,
     apply_theme,
     contrast,
     controller,
     current,
+    focus_colour,
     palette,
     token_styles,
 )
@@ -59,6 +61,30 @@ def text_pairs(t: Theme) -> dict[str, tuple[str, str]]:
 def unreadable(t: Theme) -> list[str]:
     return [f"{name}: {fg} on {bg} is {contrast(fg, bg):.2f}:1"
             for name, (fg, bg) in text_pairs(t).items() if contrast(fg, bg) < MIN_CONTRAST]
+
+
+def focus_pairs(t: Theme) -> dict[str, tuple[str, str]]:
+    """The focus ring against every surface it is drawn on or beside: the window, a text box, a button,
+    a list row, a selected row (the ring's colour there is focus_colour's choice)."""
+    return {f"focus ring on {name}": (focus_colour(t, surface), surface) for name, surface in
+            (("window", t.window), ("base", t.base), ("button", t.button), ("selected row", t.highlight))}
+
+
+@pytest.mark.parametrize("theme", [LIGHT, DARK], ids=["light", "dark"])
+def test_the_focus_ring_stands_out_from_every_surface(theme):
+    """WCAG 2.2's non-text contrast (3:1) for the keyboard focus indicator, in both themes."""
+    low = [f"{name}: {fg} on {bg} is {contrast(fg, bg):.2f}:1"
+           for name, (fg, bg) in focus_pairs(theme).items() if contrast(fg, bg) < MIN_FOCUS_CONTRAST]
+    assert low == []
+    # Fusion's own mark (the highlight darkened, its lightness capped) fails on the dark theme: why the ring
+    assert contrast(QColor(DARK.highlight).darker(125).name(), DARK.base) < MIN_FOCUS_CONTRAST
+
+
+@pytest.mark.parametrize("theme", [LIGHT, DARK], ids=["light", "dark"])
+def test_a_search_match_reads_on_its_highlight(theme):
+    for bg in (theme.match, theme.match_current):
+        assert contrast(theme.match_text, bg) >= MIN_CONTRAST
+    assert theme.match != theme.match_current
 
 
 @pytest.mark.parametrize("theme", [LIGHT, DARK], ids=["light", "dark"])

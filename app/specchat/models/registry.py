@@ -127,6 +127,42 @@ class RebuildReport:
                 f"{self.missing} missing, {self.invalid} no longer valid GGUF files")
 
 
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What :meth:`Registry.import_files` did: the models added, those already listed (read again),
+    and the files skipped with why, in the order given."""
+
+    added: tuple[InstalledModel, ...] = ()
+    again: tuple[InstalledModel, ...] = ()  # already in the library: its record was read again
+    skipped: tuple[tuple[str, str], ...] = ()  # (file name, why)
+
+    def summary(self) -> str:
+        """One line: "Added 2 models; 1 file skipped", "1 already in the library"."""
+        parts = [f"added {len(self.added)} model{'' if len(self.added) == 1 else 's'}"] if self.added else []
+        if self.again:
+            parts.append(f"{len(self.again)} already in the library")
+        if self.skipped:
+            parts.append(f"{len(self.skipped)} file{'' if len(self.skipped) == 1 else 's'} skipped")
+        line = "; ".join(parts) or "nothing imported"
+        return line[0].upper() + line[1:]
+
+    def lines(self) -> list[str]:
+        """One line a file: its name and kind, or why it was skipped."""
+        return ([f"added {m.file_name}: {kind_phrase(m)}" for m in self.added]
+                + [f"already in the library: {m.file_name} ({kind_phrase(m)})" for m in self.again]
+                + [f"skipped {name}: {why}" for name, why in self.skipped])
+
+
+def kind_phrase(m: InstalledModel) -> str:
+    """What a model is for, in a few words: a trained drafter, or a model that is a target (or the
+    draft of a larger one with its vocabulary)."""
+    size = f"{m.quant + ', ' if m.quant else ''}{m.bytes / 1024**3:.2f} GiB"
+    if m.drafter:
+        return f"a trained drafter for its target (llama-server --spec-type {m.drafter}; {size})"
+    return (f"a model: a target, or the draft of a larger one with the same vocabulary "
+            f"({m.architecture}, {m.n_vocab:,} tokens; {size})")
+
+
 # the rule a cached pair verdict was reached by: 2 checks a trained head as llama.cpp does (issue 34),
 # where 1 (no "rule" field) compared tokenizers only; a verdict of another rule is checked again
 PAIR_RULE = 2
@@ -525,6 +561,28 @@ class Registry:
 
         self._update(change)
         return _model(self._doc["models"][str(path)])
+
+    def import_files(self, paths: Iterable[str | Path], cancelled: Callable[[], bool] = lambda: False) -> ImportReport:
+        """:meth:`add` each file; what was added, what was listed already, and what was skipped and why
+        (``cancelled`` is asked between files; RegistryError still ends it: nothing can be added)."""
+        listed = {m.path for m in self.models()}
+        added: list[InstalledModel] = []
+        again: list[InstalledModel] = []
+        skipped: list[tuple[str, str]] = []
+        for p in paths:
+            if cancelled():
+                break
+            try:
+                model = self.add(p)
+            except GGUFError as exc:
+                why = str(exc)
+                for prefix in (f"{Path(p).resolve()}: ", f"{p}: "):
+                    why = why.removeprefix(prefix)
+                skipped.append((Path(p).name, why))
+                continue
+            (again if model.path in listed else added).append(model)
+            listed.add(model.path)
+        return ImportReport(tuple(added), tuple(again), tuple(skipped))
 
     def models(self) -> list[InstalledModel]:
         self._refresh()

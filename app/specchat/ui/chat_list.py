@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QInputDialog,
     QLineEdit,
@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
 from specchat.chat_commands import ChatCommands
 from specchat.services.answers import AnswerService, Phase
 from specchat.store import Store, StoreError
+
+from .menus import keys_of
 
 ROLE = Qt.ItemDataRole.UserRole
 BADGE = {Phase.STREAMING: "● ", Phase.LOADING: "● ", Phase.WAITING: "… "}
@@ -70,7 +72,7 @@ class ChatList(QObject):
         rename = QAction("Rename…", self.list)
         rename.triggered.connect(self.rename_current)
         delete = QAction("Delete", self.list)
-        delete.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))  # on the list: the selected chat
+        delete.setShortcuts(keys_of("chat_list.delete"))  # on the list: the selected chat
         delete.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         delete.triggered.connect(lambda: self.current is not None and self.deleteRequested.emit(self.current))
         self.list.addActions([rename, delete])

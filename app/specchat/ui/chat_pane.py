@@ -41,6 +41,7 @@ from .attachment_chips import ChipRow, FileReader
 from .chat_header import ChatHeader
 from .conversation import ConversationView
 from .load_progress import LoadProgressLine
+from .menus import matches
 from .message_widget import MessageWidget
 from .theme import Theme, controller, current
 
@@ -54,11 +55,16 @@ NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter makes a new line; files dropped or pasted (a file manager's copy) are
-    attached, not typed in as their paths."""
+    """Enter sends, Shift+Enter makes a new line, Tab and Shift+Tab move to the next or previous field,
+    Ctrl+Tab types a tab (the keys are :data:`.menus.BINDINGS`'); files dropped or pasted (a file
+    manager's copy) are attached, not typed in as their paths."""
 
     submitted = Signal()
     filesDropped = Signal(list)  # [Path]: local files dropped or pasted
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setTabChangesFocus(True)  # a keyboard user can leave the box (Ctrl+Tab types a tab)
 
     def canInsertFromMimeData(self, source: QMimeData) -> bool:
         return bool(local_files(source)) or super().canInsertFromMimeData(source)
@@ -71,9 +77,11 @@ class Composer(QPlainTextEdit):
         super().insertFromMimeData(source)
 
     def keyPressEvent(self, event) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+        if matches(event, "composer.send"):
             self.submitted.emit()
+            return
+        if matches(event, "text.tab"):
+            self.insertPlainText("\t")
             return
         super().keyPressEvent(event)
 

@@ -8,7 +8,7 @@ restyles every message.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from .message_widget import MessageWidget
@@ -96,6 +96,24 @@ class ConversationView(QScrollArea):
         """Scroll to ``w`` (once laid out) instead of following the end (the pager's message stays put)."""
         self._stick = False
         QTimer.singleShot(0, lambda: self.ensureWidgetVisible(w) if w in self.messages else None)
+
+    def show_point(self, w: QWidget, point: QPoint) -> None:
+        """Scroll so that ``point`` of ``w`` (a widget in a message) is in view, a third down (once laid
+        out), instead of following the end: a search's match."""
+        self._stick = False
+
+        def scroll() -> None:
+            inner = self.widget()
+            if inner is None:
+                return
+            try:
+                at = w.mapTo(inner, point)
+            except (RuntimeError, ValueError):  # the message went meanwhile (another chat opened)
+                return
+            margin = self.viewport().height() // 3
+            self.ensureVisible(at.x(), at.y(), 0, margin)
+
+        QTimer.singleShot(0, self, scroll)
 
     def _follow(self, _lo: int, hi: int) -> None:
         bar = self.verticalScrollBar()

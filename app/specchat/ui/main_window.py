@@ -34,12 +34,14 @@ from .api_requests import ApiRequestsDialog
 from .chat_files import ChatFiles
 from .chat_list import ChatList
 from .chat_pane import ChatPane
+from .find_in_chat import ChatFind
 from .fitting import ElidedLabel
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
 from .presets_dialog import PresetsDialog, preset_summary
 from .servers_dialog import ServersDialog
 from .settings_dialogs import ChatSettingsDialog, SettingsDialog
+from .shortcuts_dialog import ShortcutsDialog
 from .task_table import TaskTableDialog
 from .telemetry_panel import TelemetryPanel
 from .theme import apply_theme
@@ -150,6 +152,12 @@ class MainWindow(QMainWindow):
         self.files.said.connect(lambda line: self.statusBar().showMessage(line, EXPORT_LINE_MS))
         self.files.chatsChanged.connect(self._chats_changed)
         self.chats.list.addActions(self.files.context_actions(self.chats.list, lambda: self.chats.current))
+        # a search's words in the open chat: highlighted, the current match scrolled to (Enter, F3: the next)
+        self.finder = ChatFind(self.pane.conversation, self)
+        self.finder.changed.connect(self._show_matches)
+        self.chats.search.textChanged.connect(self.finder.set_text)
+        self.chats.search.returnPressed.connect(self.find_next)
+        self._shortcuts: ShortcutsDialog | None = None  # Help → Keyboard shortcuts, while open
         self.pane.titleChanged.connect(self.chats.refresh)
         self.pane.pairRequested.connect(self.open_models)
         self.pane.pairChanged.connect(self.answers.preload)
@@ -194,6 +202,7 @@ class MainWindow(QMainWindow):
             self.chats.select(chat_id)  # comes back here through chatSelected
             return
         self.pane.show_chat(chat_id)
+        self.finder.refresh()  # the search's words in this chat
         self.pane.header.set_backend(self.pane.settings().backend)
         self._preload_shown()
         self._update_chat_actions()
@@ -520,6 +529,21 @@ class MainWindow(QMainWindow):
         self.chats.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
         self.chats.search.selectAll()
 
+    def find_next(self) -> None:
+        """Chat → Next match (F3, or Enter in the search field): the next match in the open chat."""
+        self.finder.step(forward=True)
+
+    def find_previous(self) -> None:
+        self.finder.step(forward=False)
+
+    def _show_matches(self, current: int, count: int) -> None:
+        if not self.finder.words:
+            self.statusBar().clearMessage()
+        elif count:
+            self.statusBar().showMessage(f"match {current} of {count} in this chat (F3 next, Shift+F3 previous)")
+        else:
+            self.statusBar().showMessage("no match in this chat's messages", 10_000)
+
     def stop_answer(self) -> None:
         if self.pane.generating:
             self.pane.stop()
@@ -534,7 +558,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("no answer to copy in this chat", 5_000)
             return
         QGuiApplication.clipboard().setText(last.content)
-        self.statusBar().showMessage(f"copied the last answer ({len(last.content)} characters)", 5_000)
+        last.show_copied()  # its footer's Copy says "Copied ✓" for a moment
+        self.statusBar().showMessage(f"Copied the last answer ({len(last.content):,} characters)", 5_000)
 
     def _update_chat_actions(self) -> None:
         """Stop only while the shown chat generates (a disabled action leaves Esc to the widgets);
@@ -552,6 +577,18 @@ class MainWindow(QMainWindow):
             except ExportError as exc:  # a folder, a device, a read-only folder: why, in one line
                 line = str(exc)
             self.statusBar().showMessage(line, EXPORT_LINE_MS)
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        """Help → Keyboard shortcuts: every key the window has (one window, raised if open)."""
+        if self._shortcuts is None:
+            dialog = ShortcutsDialog(self)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.destroyed.connect(lambda: setattr(self, "_shortcuts", None))
+            self._shortcuts = dialog
+        self._shortcuts.show()
+        self._shortcuts.raise_()
+        self._shortcuts.activateWindow()
+        return self._shortcuts
 
     def about(self) -> None:
         from specchat.workers.generation import backend_info

@@ -22,10 +22,12 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPush
 
 from .attachment_chips import ChipRow
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
+from .menus import binding_text, matches
 from .theme import Theme, current
 
 BLOCK_SPACING = 6  # px between blocks: a paragraph's gap inside one label looks the same
 EDIT_LINES = (3, 14)  # the in-place editor grows with its text between these many lines, then scrolls
+COPIED_MS = 1500  # how long the footer's Copy says "Copied" after a copy
 
 
 def _label() -> QLabel:
@@ -115,7 +117,8 @@ class BlockColumn(QWidget):
 
 class EditBox(QPlainTextEdit):
     """The in-place editor: wraps at its width (never a horizontal scroll bar), grows with its
-    text up to :data:`EDIT_LINES`; Ctrl+Enter saves, Esc cancels."""
+    text up to :data:`EDIT_LINES`; Ctrl+Enter saves, Esc cancels, Tab and Shift+Tab move to the next
+    or previous field and Ctrl+Tab types a tab (the keys are :data:`.menus.BINDINGS`')."""
 
     saveRequested = Signal()
     cancelRequested = Signal()
@@ -124,6 +127,7 @@ class EditBox(QPlainTextEdit):
         super().__init__(parent)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTabChangesFocus(True)  # a keyboard user can leave it (to Cancel, Save & resend)
         self.setPlainText(text)
         # after the layout pass that changed the size, not inside it (a new height mid-layout left lines
         # wrapped at the old width)
@@ -139,11 +143,12 @@ class EditBox(QPlainTextEdit):
         return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        key, mods = event.key(), event.modifiers()
-        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and mods & Qt.KeyboardModifier.ControlModifier:
+        if matches(event, "editor.save"):
             self.saveRequested.emit()
-        elif key == Qt.Key.Key_Escape:
+        elif matches(event, "editor.cancel"):
             self.cancelRequested.emit()
+        elif matches(event, "text.tab"):
+            self.insertPlainText("\t")
         else:
             super().keyPressEvent(event)
 
@@ -194,13 +199,16 @@ class MessageWidget(QFrame):
         self.tint_view = BlockColumn()
         for column in (self.reasoning_view, self.markdown_view, self.tint_view):
             column.linkActivated.connect(self._on_link)
-            column.codeCopied.connect(self._copy)
+            column.codeCopied.connect(lambda code: self._copy(code, "Code copied"))
         self.footer_label = _label()
         self.footer_label.linkActivated.connect(self._on_link)
         self.file_chips = ChipRow(theme=self.theme)  # a question's files, above its text
         layout.addWidget(self.file_chips)
         for w in (self.reasoning_toggle, self.reasoning_view, self.markdown_view, self.tint_view, self.footer_label):
             layout.addWidget(w)
+        self.copied = ""  # the footer's Copy says this for COPIED_MS after a copy ("Copied", "Code copied")
+        self._copied_timer = QTimer(self, singleShot=True, interval=COPIED_MS)
+        self._copied_timer.timeout.connect(self._copied_over)
         self._reasoning_runs: list[tuple[str, bool]] = [("", False)]  # one run, replaced as it grows
         self._words = (0, 0)  # words counted in the reasoning, up to this character
         self._restyle()
@@ -233,7 +241,7 @@ class MessageWidget(QFrame):
         self._refresh_reasoning()
         parts = [html.escape(self.footer)] if self.footer else []
         if self.content:
-            parts.append(self._link("copyall", "Copy"))
+            parts.append(self._link("copyall", self.copied or "Copy"))
         if any(marked for _, marked in self.segments):
             parts.append(self._link("tint", "Hide draft tint" if self.tint else "Tint draft tokens"))
         if self.role == "user" and self.editor is None:
@@ -278,11 +286,11 @@ class MessageWidget(QFrame):
         buttons = QHBoxLayout(row)
         buttons.setContentsMargins(0, 0, 0, 0)
         buttons.addStretch(1)
-        cancel = QPushButton("Cancel")
-        cancel.setToolTip("Esc")
+        cancel = QPushButton(f"Cancel ({binding_text('editor.cancel')})")
+        cancel.setToolTip("Back to the message as it was; nothing is changed")
         cancel.clicked.connect(self.cancel_edit)
-        self.save_button = QPushButton("Save && resend")
-        self.save_button.setToolTip("Ctrl+Enter")
+        self.save_button = QPushButton(f"Save && resend ({binding_text('editor.save')})")
+        self.save_button.setToolTip("Keep the old text and its answers as a version, and ask again with this text")
         self.save_button.setEnabled(self.actions_enabled)
         self.save_button.clicked.connect(self._save_edit)
         buttons.addWidget(cancel)
@@ -382,6 +390,17 @@ class MessageWidget(QFrame):
             if number.isdigit() and 1 <= int(number) <= self.version[1]:
                 self.versionRequested.emit(int(number))
 
-    def _copy(self, text: str) -> None:
+    def _copy(self, text: str, what: str = "Copied") -> None:
         QGuiApplication.clipboard().setText(text)
+        self.show_copied(what)
         self.copyRequested.emit(text)
+
+    def show_copied(self, what: str = "Copied") -> None:
+        """The footer's Copy says ``what`` ("Copied ✓") for a moment: the copy happened."""
+        self.copied = f"{what} ✓"
+        self._copied_timer.start()
+        self.refresh()
+
+    def _copied_over(self) -> None:
+        self.copied = ""
+        self.refresh()

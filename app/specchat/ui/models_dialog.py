@@ -31,10 +31,16 @@ from PySide6.QtWidgets import (
 from specchat.errors import collect_warnings
 from specchat.models.catalog import CatalogPair, load_catalog_lenient
 from specchat.models.fit import FitVerdict, fit_sizes, free_memory
-from specchat.models.gguf_header import GGUFError
 from specchat.models.hub import HubFile, human_bytes
 from specchat.models.hub_search import GGUFEntry
-from specchat.models.registry import InstalledModel, Registry, RegistryError, downloaded_files, installed_copy
+from specchat.models.registry import (
+    ImportReport,
+    InstalledModel,
+    Registry,
+    RegistryError,
+    downloaded_files,
+    installed_copy,
+)
 from specchat.services.download import DownloadService
 from specchat.services.download_flow import DownloadFlow, DownloadJob
 from specchat.services.hub import HubCalls, HubTasks
@@ -108,6 +114,7 @@ class ModelsDialog(QDialog):
         self.tasks = tasks  # reads the installed models' headers (the drafts' verdicts) off the GUI thread
         self.drafts_read: TaskHandle | None = None
         self.importing: TaskHandle | None = None
+        self.import_box: QMessageBox | None = None  # what the last import added and skipped, while shown
         self.downloads = downloads
         self.hub = hub
         self.flow = DownloadFlow(registry, downloads, hub, self)
@@ -537,25 +544,32 @@ class ModelsDialog(QDialog):
         self.message.setText(f"reading the headers of {len(paths)} file(s)…")
         registry_path = self.registry.path
 
-        def add_all(task: TaskContext) -> list[str]:
-            registry, errors = Registry(registry_path), []  # its own object: nothing shared with this thread
-            for p in paths:
-                task.raise_if_cancelled()
-                try:
-                    registry.add(p)
-                except (GGUFError, RegistryError) as exc:
-                    errors.append(str(exc))
-            return errors
+        def add_all(task: TaskContext) -> ImportReport:
+            # its own registry object: nothing shared with this thread; a registry it cannot use fails the task
+            report = Registry(registry_path).import_files(paths, lambda: task.cancelled)
+            task.raise_if_cancelled()
+            return report
 
         self.importing = self.tasks.run_task(add_all, name="import")
         self.importing.returned.connect(self._imported)
         self.importing.failed.connect(self._import_failed)
         return self.importing
 
-    def _imported(self, errors: object) -> None:
+    def _imported(self, report: object) -> None:
+        """Say what the import added (each file and its kind) and what it skipped and why: a box, and
+        the same lines under the drafts."""
         self.importing = None
-        self.message.setText("\n".join(errors) if isinstance(errors, list) else "")
         self.refresh_installed()
+        if not isinstance(report, ImportReport):
+            return
+        self.message.setText("\n".join([report.summary() + ":", *report.lines()]))
+        icon = QMessageBox.Icon.Information if not report.skipped else QMessageBox.Icon.Warning
+        box = QMessageBox(icon, "Import GGUF files", report.summary(), QMessageBox.StandardButton.Ok, self)
+        box.setInformativeText("\n".join(report.lines()))
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.destroyed.connect(lambda: setattr(self, "import_box", None))
+        box.open()
+        self.import_box = box
 
     def _import_failed(self, message: str, _cancelled: bool) -> None:
         self.importing = None

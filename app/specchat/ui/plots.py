@@ -81,6 +81,7 @@ class PlotSpec:
     marks: tuple[Marks, ...] = ()
     clock: Literal["rounds", "time"] = "rounds"
     title_no_gpu: tuple[Part, ...] | None = None  # the title where no NVIDIA GPU is sampled
+    help: str = ""  # the plot's tooltip: what it shows and what a good value looks like (README's words)
 
 
 def _top(values: np.ndarray) -> float:
@@ -125,27 +126,47 @@ PLOTS: tuple[PlotSpec, ...] = (
               Series("c_smooth", "smooth", lambda s: s.rounds.tok_s_smooth, width=2, name="smoothed")),
              _speed_range,
              thresholds=(Threshold("plain_line", "plain", Qt.PenStyle.DashLine, lambda s: s.plain_rate or None,
-                                   label="plain", hidden_at_first=True),)),
+                                   label="plain", hidden_at_first=True),),
+             help=("<b>Decode tok/s</b> of each round (thin) and smoothed (thick): tokens after the first / decode "
+                   "time. The dashed line is this pair's <b>plain</b> rate, learned from your answers with "
+                   "speculation off once there are three of them.<br><b>Good:</b> above the dashed line, "
+                   "where speculation pays (a multiplier above 1.00x).")),
     PlotSpec("acc", ("acceptance:", ("token", "token"), ("sequence", "sequence"), "· dotted: fallback"), "share",
              (Series("c_tok_acc", "token", lambda s: s.rounds.token_acceptance, width=2, name="token"),
               Series("c_seq_acc", "sequence", lambda s: s.rounds.sequence_acceptance, width=2, name="sequence")),
              lambda s: (0.0, 1.05),
              thresholds=(Threshold("tok_rail", "token", Qt.PenStyle.DotLine, lambda s: s.min_token_acceptance),
                          Threshold("seq_rail", "sequence", Qt.PenStyle.DotLine,
-                                   lambda s: s.min_sequence_acceptance))),
+                                   lambda s: s.min_sequence_acceptance)),
+             help=("<b>Token acceptance</b>: accepted draft tokens / drafted tokens. <b>Sequence acceptance</b>: "
+                   "rounds whose whole draft was accepted / rounds with a draft; when it is high, the controller "
+                   "drafts longer. Dotted: the fallback thresholds.<br><b>Good:</b> high and above the dotted "
+                   "lines: at acceptance <i>a</i> a round yields (1 - a<sup>K+1</sup>) / (1 - a) tokens on "
+                   "average; below them rounds are decoded plainly.")),
     PlotSpec("k", ("draft length K ·", ("fallback", "fallback"), "(hover)"), "K",
              (Series("c_k", "k", lambda s: s.rounds.k, step=True),),
              lambda s: (0.0, max(8.0, float(s.rounds.k.max()) if len(s.rounds) else 0.0) + 0.5),
-             marks=(Marks("s_fallback", "fallback", _fallback_spots),)),
+             marks=(Marks("s_fallback", "fallback", _fallback_spots),),
+             help=("<b>Draft length K</b>: how many tokens the draft proposed each round, as the controller "
+                   "chose (0 means a plain round). A round yields 1 to K+1 tokens for about one target step plus "
+                   "K draft steps. The marks are <b>fallbacks</b>: rounds decoded plainly because acceptance fell "
+                   "below the thresholds (hover one for why).<br><b>Good:</b> K held up, few marks.")),
     PlotSpec("time", ("per round:", ("draft", "draft"), ("+ verify", "verify"), ("+ overhead", "overhead")), "ms",
              (Series("c_draft", "draft", lambda s: s.rounds.draft_s * 1e3, fill=True),
               Series("c_verify", "verify", lambda s: (s.rounds.draft_s + s.rounds.verify_s) * 1e3),
               Series("c_total", "overhead", _round_total_ms)),
-             lambda s: (0.0, nice_ceiling(1.05 * _top(_round_total_ms(s))))),
+             lambda s: (0.0, nice_ceiling(1.05 * _top(_round_total_ms(s)))),
+             help=("<b>Time per round</b>, stacked: the draft proposing K tokens (filled), + the target verifying "
+                   "them in one batch, + overhead.<br><b>Good:</b> verify costs little more than one plain target "
+                   "step and the draft is a small part: then a round's extra tokens come almost free.")),
     PlotSpec("mem", ("memory:", ("RSS", "rss"), ("VRAM GPU 0", "vram"), ("this process", "pvram")), "GiB",
              (Series("c_rss", "rss", lambda s: s.memory.rss / GIB, width=2, name="process RSS"),
               Series("c_vram", "vram", _vram, width=2, name="VRAM used (GPU 0)"),
               Series("c_pvram", "pvram", _process_vram, name="VRAM, this process")),
              _memory_range, clock="time",
-             title_no_gpu=("memory:", ("process RSS", "rss"), "(no NVIDIA GPU)")),
+             title_no_gpu=("memory:", ("process RSS", "rss"), "(no NVIDIA GPU)"),
+             help=("<b>Memory</b> over time (seconds): this process's RSS, and with an NVIDIA GPU the VRAM used on "
+                   "GPU 0 and by this process (NVML). The lines below split it into target weights, draft "
+                   "weights, KV caches and buffers.<br><b>Good:</b> flat while answering, with room left on the "
+                   "machine.")),
 )

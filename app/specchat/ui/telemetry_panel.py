@@ -50,6 +50,14 @@ MEMORY_MS = 1000
 NUMBERS_S = 0.5  # the running numbers: twice a second is plenty to read, and each costs a rich-text layout
 GIB = 1024**3
 PLOTS_MIN_WIDTH = 360  # docked beside the chat, the window still fits a 1280 px screen (at most 1000 px wide)
+# the running numbers' tooltip, in README's words ("What the numbers mean"); each plot's is its PlotSpec.help
+NUMBERS_HELP = ("<b>The answer now</b>: tokens; <b>decode tok/s</b> (tokens after the first / decode time); "
+                "<b>× vs plain</b>: speculative decode tok/s / plain decode tok/s for the same pair on this "
+                "machine, above 1.00x speculation pays; <b>acceptance</b>: accepted draft tokens / drafted tokens "
+                "(token) and rounds whose whole draft was accepted / rounds with a draft (sequence), higher is "
+                "better; <b>mean K</b>: the average draft length the controller chose (0 means a plain round); "
+                "<b>fallback</b>: rounds decoded plainly because acceptance fell below the thresholds, lower is "
+                "better.")
 __all__ = ["TelemetryPanel", "nice_ceiling", "stepped_window"]
 
 
@@ -117,6 +125,7 @@ class TelemetryPanel(QDockWidget):
         # fixed heights: a label that changes its size hint every frame would re-lay out the whole
         # window, conversation included (measured: 100+ ms frames on two cores)
         self.numbers.setFixedHeight(4 * self.numbers.fontMetrics().lineSpacing())
+        self.numbers.setToolTip(NUMBERS_HELP)
         v.addWidget(self.numbers)
         # what a server backend cannot feed, one line each; set when a backend loads, not per frame
         self.backend_notes = QLabel()
@@ -133,6 +142,7 @@ class TelemetryPanel(QDockWidget):
         self.memory_label.setWordWrap(True)
         self.memory_label.setTextFormat(Qt.TextFormat.RichText)
         self.memory_label.setFixedHeight(4 * self.memory_label.fontMetrics().lineSpacing())
+        self.memory_label.setToolTip(next(spec.help for spec in PLOTS if spec.clock == "time"))
         v.addWidget(self.memory_label)
         row = QHBoxLayout()
         self.pause_button = QPushButton("Pause")
@@ -197,6 +207,7 @@ class TelemetryPanel(QDockWidget):
         self._titles = [spec.title if gpu or spec.title_no_gpu is None else spec.title_no_gpu for spec in PLOTS]
         for row, spec in enumerate(PLOTS):
             p = self._plot(row, spec.y_label)
+            p.setToolTip(spec.help)  # hovering the plot says what it shows and what good looks like
             for s in spec.series:
                 opts: dict = {"stepMode": None} if s.step else {"fillLevel": 0} if s.fill else {}
                 setattr(self, s.attr, p.plot(**({"name": s.name} if s.name else {}), **opts))

@@ -9,6 +9,10 @@ choice and says when the theme in force changes; widgets take their colours from
 
 Text contrast is WCAG's (relative luminance); every text colour here is at least
 :data:`MIN_CONTRAST` on the surface it is drawn on (tests/ui/test_theme_contrast.py).
+
+Keyboard focus is drawn by :class:`FocusStyle` (Fusion, whose own focus marks are faint: a
+darkened highlight at 30% opacity, lost on the dark theme) as a 2 px ring in ``Theme.focus``, at
+least :data:`MIN_FOCUS_CONTRAST` against the window, the text boxes and the buttons it surrounds.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from functools import cache
 
 from pygments.styles import get_style_by_name
 from pygments.token import Token, _TokenType
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QObject, QRect, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPalette, QPen
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleOption, QWidget
 
 MIN_CONTRAST = 4.5  # WCAG AA for body text
+MIN_FOCUS_CONTRAST = 3.0  # WCAG 2.2 non-text contrast (1.4.11) for the focus ring
+FOCUS_WIDTH = 2  # px
 SETTINGS = ("system", "light", "dark")
 
 
@@ -51,6 +57,11 @@ class Theme:
     pygments_style: str
     warning: str  # notices, on the window
     error: str
+    focus: str  # the keyboard focus ring (FocusStyle)
+    # a search's matches in the open chat (ui/find_in_chat.py): every one, the current one, their text
+    match: str
+    match_current: str
+    match_text: str
     # the telemetry plots: background, axes and their text, one colour per curve (its legend word too)
     plot_bg: str
     plot_fg: str
@@ -70,7 +81,8 @@ LIGHT = Theme(
     link="#0b57d0", placeholder="#6b6b6b",
     bubble_user="#e8f0fe", bubble_assistant="#ffffff", bubble_system="#fff8e1", bubble_border="#d6d6d6",
     muted="#5a5f66", draft_tint="#d4f0d4", code_bg="#f6f8fa", code_border="#d0d7de", code_text="#1e1e1e",
-    pygments_style="default", warning="#7a4f00", error="#b00020",
+    pygments_style="default", warning="#7a4f00", error="#b00020", focus="#0b57d0",
+    match="#fff176", match_current="#ff9800", match_text="#000000",
     plot_bg="#ffffff", plot_fg="#333333",
     curves=(("speed", "#5c7385"), ("smooth", "#1565c0"), ("plain", "#c62828"), ("token", "#2e7d32"),
             ("sequence", "#b34700"), ("k", "#6a1b9a"), ("fallback", "#c62828"), ("draft", "#8e24aa"),
@@ -85,7 +97,8 @@ DARK = Theme(
     # the old dark theme kept white bubbles with light-grey text (1.2:1): bubbles are dark surfaces now
     bubble_user="#1e3252", bubble_assistant="#242424", bubble_system="#3a3020", bubble_border="#3c3c3c",
     muted="#ababab", draft_tint="#1f4d2a", code_bg="#161b22", code_border="#30363d", code_text="#e6edf3",
-    pygments_style="github-dark", warning="#f0b44c", error="#ff8a80",
+    pygments_style="github-dark", warning="#f0b44c", error="#ff8a80", focus="#7cc4ff",
+    match="#e6c84f", match_current="#ff9f43", match_text="#000000",
     plot_bg="#1e1e1e", plot_fg="#d0d0d0",
     curves=(("speed", "#8fa3b3"), ("smooth", "#64b5f6"), ("plain", "#ef7a7a"), ("token", "#81c784"),
             ("sequence", "#ffb74d"), ("k", "#ce93d8"), ("fallback", "#ef7a7a"), ("draft", "#ce93d8"),
@@ -190,6 +203,66 @@ def palette(theme: Theme) -> QPalette:
     return p
 
 
+def focus_colour(theme: Theme, background: str | None = None) -> str:
+    """The focus ring's colour over ``background``: the theme's ``focus``, or where that would not stand
+    out (a selected row, in the selection colour) the selected text's white or black, whichever does."""
+    if background is None or contrast(theme.focus, background) >= MIN_FOCUS_CONTRAST:
+        return theme.focus
+    return max(("#ffffff", "#000000"), key=lambda c: contrast(c, background))
+
+
+class FocusStyle(QProxyStyle):
+    """Fusion, with the widget that has keyboard focus ringed in the theme's ``focus`` colour.
+
+    Text boxes (line edits, text edits, spin boxes, combo boxes) show it whenever they have focus:
+    typing goes there.  Buttons, check boxes, tabs and list items show it once the keyboard moved the
+    focus (Qt's ``State_KeyboardFocusChange``, as Fusion does), not after a click.
+    """
+
+    _BOXES = (QStyle.PrimitiveElement.PE_FrameLineEdit, QStyle.PrimitiveElement.PE_Frame)
+    _COMPLEX = (QStyle.ComplexControl.CC_SpinBox, QStyle.ComplexControl.CC_ComboBox)
+
+    def __init__(self) -> None:
+        super().__init__("Fusion")
+
+    def drawPrimitive(self, element: QStyle.PrimitiveElement, option: QStyleOption, painter: QPainter,  # noqa: N802
+                      widget: QWidget | None = None) -> None:
+        if element == QStyle.PrimitiveElement.PE_FrameFocusRect:
+            if option.state & QStyle.StateFlag.State_KeyboardFocusChange:
+                # a list row's focus is drawn on the row: over the selection colour when it is selected
+                bg = getattr(option, "backgroundColor", None)
+                self._ring(option.rect, painter, bg.name() if isinstance(bg, QColor) and bg.isValid() else None)
+            return
+        super().drawPrimitive(element, option, painter, widget)
+        if element in self._BOXES and option.state & QStyle.StateFlag.State_HasFocus:
+            self._ring(option.rect, painter)
+
+    def drawComplexControl(self, control: QStyle.ComplexControl, option, painter: QPainter,  # noqa: N802
+                           widget: QWidget | None = None) -> None:
+        super().drawComplexControl(control, option, painter, widget)
+        if control in self._COMPLEX and option.state & QStyle.StateFlag.State_HasFocus:
+            self._ring(option.rect, painter)
+
+    def drawControl(self, element: QStyle.ControlElement, option: QStyleOption, painter: QPainter,  # noqa: N802
+                    widget: QWidget | None = None) -> None:
+        super().drawControl(element, option, painter, widget)
+        if (element == QStyle.ControlElement.CE_PushButtonBevel and option.state & QStyle.StateFlag.State_HasFocus
+                and option.state & QStyle.StateFlag.State_KeyboardFocusChange):
+            self._ring(option.rect, painter)
+
+    @staticmethod
+    def _ring(rect: QRect, painter: QPainter, background: str | None = None) -> None:
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        pen = QPen(QColor(focus_colour(current(), background)), FOCUS_WIDTH)
+        pen.setJoinStyle(Qt.PenJoinStyle.MiterJoin)
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        half = FOCUS_WIDTH // 2
+        painter.drawRect(rect.adjusted(half, half, -half, -half))
+        painter.restore()
+
+
 class ThemeController(QObject):
     """The app's theme setting and the theme in force; ``changed(Theme)`` when the latter changes."""
 
@@ -218,7 +291,8 @@ class ThemeController(QObject):
     def _use(self, theme: Theme) -> None:
         app = QApplication.instance()
         if isinstance(app, QApplication):  # a core application has no style or palette
-            app.setStyle("Fusion")
+            if not isinstance(app.style(), FocusStyle):
+                app.setStyle(FocusStyle())
             app.setPalette(palette(theme))
         if theme != self.theme:
             self.theme = theme
