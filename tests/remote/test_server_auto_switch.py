@@ -8,6 +8,7 @@ rates: tests/backends/test_server_auto.py.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from helpers.tiny_drafters import Tokenizer, write_eagle3, write_qwen3_target
 from specchat.backends.choose import choose
 from specchat.backends.factory import open_backend
-from specchat.backends.remote import RemoteBackend
+from specchat.backends.remote import ManagedSpec, RemoteBackend
 from specchat.config import AppConfig
 from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, TokensEmitted
@@ -25,9 +26,11 @@ from specchat.engine.pair import CancelToken
 from specchat.engine.settings import Mode
 from specchat.metrics import Counts
 from specchat.profile import Profile
-from specchat.remote.llama_server import MANAGED
-
-pytestmark = [pytest.mark.real_server, pytest.mark.timeout(300)]
+from specchat.remote.client import Capabilities, ServerClient
+from specchat.remote.errors import ServerError
+from specchat.remote.kinds import LlamaServer
+from specchat.remote.llama_server import MANAGED, ManagedServer
+from specchat.remote.servers import ServerConfig
 
 HELLO = ({"role": "user", "content": "hi"},)
 N_TOKENS = 24
@@ -72,6 +75,8 @@ def ask(backend: RemoteBackend, mode: Mode = Mode.AUTO, task: str = "chat",
     return "".join(e.text for e in events if isinstance(e, TokensEmitted)), done
 
 
+@pytest.mark.real_server
+@pytest.mark.timeout(300)
 def test_auto_turns_the_drafter_off_where_it_measured_slower_and_on_where_faster(eagle3):
     on_text, on = ask(eagle3, Mode.DRAFT)
     assert on.stats.counts.drafted > 0 and on.stats.mode == "llama.cpp+draft"
@@ -92,6 +97,8 @@ def test_auto_turns_the_drafter_off_where_it_measured_slower_and_on_where_faster
     assert eagle3.caps.speculative and drafted.stats.counts.drafted > 0 and drafted.stats.notes == ()
 
 
+@pytest.mark.real_server
+@pytest.mark.timeout(300)
 def test_without_stored_rates_auto_measures_both_sides_from_its_own_answers(eagle3):
     """No store (``specchat serve``, the CLI): each answer's rate is recorded by the backend, so the choice
     moves from measuring to deciding as answers come."""
@@ -103,3 +110,44 @@ def test_without_stored_rates_auto_measures_both_sides_from_its_own_answers(eagl
     decided = ask(eagle3, task="summary")[1].stats.notes[0]  # three a side now: a figure, either way
     assert "x plain over 6 answers" in decided and "to measure it" not in decided
     print("\n" + "\n".join([*notes, decided]))
+
+
+# -- the restart itself, on the fake llama-server (fast tier) ---------------------------------------------
+
+
+def fake_runs(launcher: Path) -> list[dict]:
+    path = launcher.parent / "runs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(60)
+def test_turning_the_drafter_off_restarts_the_same_server_without_it_and_a_failed_restart_is_one_line(
+        fake_llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    target, head = tmp_path / "target.gguf", tmp_path / "mtp.gguf"
+    target.write_bytes(b"GGUF")
+    head.write_bytes(b"GGUF")
+    spec = ManagedSpec(target, head, spec_type="draft-mtp", n_ctx=512, threads=1, binary=str(fake_llama_server),
+                       log_dir=tmp_path / "logs")
+    process = ManagedServer(fake_llama_server, target, head, spec_type="draft-mtp", n_ctx=512, threads=1,
+                            log_dir=tmp_path / "logs")
+    client = ServerClient(ServerConfig(MANAGED, process.start(timeout_s=30)))
+    # the fake answers /health and /props only: what a probe of the real one would say
+    caps = Capabilities(engine=LlamaServer.name, models=("m",), model="m", speculative=True, speculation="draft-mtp")
+    backend = RemoteBackend(client, caps, process, "llama-server on this machine (draft-mtp)", spec)
+    monkeypatch.setenv("FAKE_LLAMA_FAIL", "llama_model_load: error loading model: out of memory")
+    try:
+        with pytest.raises(ServerError) as first:
+            list(backend.answer(AnswerRequest(HELLO, task="code", measured=seeds(5.0, 10.0)), CancelToken()))
+        with pytest.raises(ServerError) as second:  # every later answer says the same, nothing half-started
+            list(backend.answer(AnswerRequest(HELLO, mode=Mode.DRAFT), CancelToken()))
+    finally:
+        backend.close()
+    started, restarted = (r["argv"] for r in fake_runs(fake_llama_server))
+    assert "--spec-type" in started and started[started.index("--spec-type") + 1] == "draft-mtp" and str(head) in started
+    # the same server (binary, target, context, threads) without the drafter
+    assert restarted[restarted.index("-m") + 1] == str(target) and str(head) not in restarted
+    assert "--spec-type" not in restarted or restarted[restarted.index("--spec-type") + 1] == "none"
+    assert restarted[restarted.index("-c") + 1] == "512" and restarted[restarted.index("-t") + 1] == "1"
+    line = str(first.value)
+    assert line.startswith("llama-server did not start again without its drafter (") and "out of memory" in line
+    assert line.endswith("load the chat's pair again") and "\n" not in line and str(second.value) == line

@@ -93,6 +93,7 @@ class RemoteBackend:
         self._spec = spec if process is not None and spec is not None and caps.speculative else None
         self.auto = ServerAuto(f"llama-server's {spec.spec_type}") if self._spec is not None and spec else None
         self._samples: dict[str, list[Sample]] = {}  # per task, this backend's own answers (no store given)
+        self._lost = ""  # why the managed server is gone (a switch that did not start again): every answer says it
 
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
@@ -155,23 +156,28 @@ class RemoteBackend:
         from specchat.remote.llama_server import ManagedServer
 
         spec, old = self._spec, self._process
-        assert spec is not None and old is not None
+        if spec is None or old is None:
+            raise ServerError(self._lost or "the managed llama-server is not running: load the chat's pair again")
         self.client.close()
         old.stop()
         self._process = None
         process = ManagedServer(old.binary, spec.target, spec.draft if on else None,
                                 spec_type=spec.spec_type if on else "none", n_ctx=spec.n_ctx, threads=spec.threads,
                                 gpu_layers=spec.gpu_layers, log_dir=old.log_dir)
-        url = process.start()
         try:
+            url = process.start()
             client = ServerClient(ServerConfig(MANAGED, url))
             try:
                 caps = client.probe()
             except BaseException:
                 client.close()
                 raise
-        except BaseException:
+        except BaseException as exc:
             process.stop()
+            self._lost = (f"llama-server did not start again {'with' if on else 'without'} its drafter "
+                          f"({exc if isinstance(exc, ServerError) else type(exc).__name__}): load the chat's pair again")
+            if isinstance(exc, ServerError):
+                raise ServerError(self._lost) from None
             raise
         self.client, self.caps, self._process = client, caps, process
 
@@ -208,6 +214,8 @@ class RemoteBackend:
         answer asked as baseline of one that drafts says so (:meth:`baseline_note`) rather than pass for plain."""
         if request.prompt:
             raise UserError("a raw prompt (no chat template) needs a pair loaded by SpecChat, not a server")
+        if self._lost:
+            raise ServerError(self._lost)
         yield Started(0, False)
         choice = self._auto_choice(request)
         note = self.baseline_note(request.mode)
