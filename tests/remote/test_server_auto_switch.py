@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from helpers.tiny_drafters import Tokenizer, write_eagle3, write_qwen3_target
@@ -31,6 +33,8 @@ from specchat.remote.errors import ServerError
 from specchat.remote.kinds import LlamaServer
 from specchat.remote.llama_server import MANAGED, ManagedServer
 from specchat.remote.servers import ServerConfig
+from specchat.serve.http import Api, ApiServer
+from specchat.serve.lane import BackendLane
 
 HELLO = ({"role": "user", "content": "hi"},)
 N_TOKENS = 24
@@ -151,3 +155,38 @@ def test_turning_the_drafter_off_restarts_the_same_server_without_it_and_a_faile
     line = str(first.value)
     assert line.startswith("llama-server did not start again without its drafter (") and "out of memory" in line
     assert line.endswith("load the chat's pair again") and "\n" not in line and str(second.value) == line
+
+
+@pytest.mark.real_server
+@pytest.mark.timeout(300)
+def test_through_specchat_serve_a_request_names_its_task_and_hears_why(eagle3):
+    """``specchat serve --server llama-server:TYPE``'s lane over the same managed server: a request's
+    ``"specchat": {"mode": "auto", "task": ...}`` is decided per task from the answers it measured, and
+    ``specchat.why`` says so."""
+    lane = BackendLane(eagle3, mode=Mode.BASELINE)  # the request's mode wins over the server's default
+    server = ApiServer(Api(lane), "127.0.0.1", 0)
+    stop = threading.Event()
+    thread = threading.Thread(target=lane.run, args=(stop,), daemon=True)
+    thread.start()
+    server.start()
+    try:
+        got = []
+        for _ in range(2):
+            r = httpx2.post(server.url + "/chat/completions", timeout=120, json={
+                "messages": list(HELLO), "max_tokens": N_TOKENS, "cache_prompt": False,
+                "specchat": {"mode": "auto", "task": "Creative"}})
+            assert r.status_code == 200, r.text
+            ext = r.json()["specchat"]
+            got.append((ext["mode"], [w for w in ext["why"] if w.startswith("auto: ")]))
+    finally:
+        stop.set()
+        server.stop()
+        thread.join(10)
+    (mode1, [why1]), (mode2, [why2]) = got
+    assert why1.endswith("for creative to measure it: 0 of 3 answers measured with speculation on, 0 of 3 with it off")
+    # the first answer's rate was recorded: the second measures the other side
+    on_first = mode1 == "llama.cpp+draft"
+    assert why1.startswith("auto: llama-server's draft-eagle3 on" if on_first else "auto: speculation off")
+    assert mode2 == ("llama.cpp" if on_first else "llama.cpp+draft")
+    assert why2.endswith("1 of 3 answers measured with speculation on, 0 of 3 with it off" if on_first
+                         else "0 of 3 answers measured with speculation on, 1 of 3 with it off")
