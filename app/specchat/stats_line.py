@@ -56,8 +56,8 @@ def drafter_text(stats: MessageStats) -> str:
         return "plain decoding"
     notes = "; ".join(stats.notes)
     if not stats.drafters:
-        if stats.drafted:  # an answer stored before drafters were recorded, or a server's
-            return mode
+        if stats.drafted:  # an answer stored before drafters were recorded, or a server's (with auto's why)
+            return f"{mode}: {notes}" if notes else mode
         used = "drafted nothing" if mode == Mode.AUTO.value else "nothing drafted"
     elif len(stats.drafters) == 1:
         used = DRAFTER_WORDS.get(stats.drafters[0][0], stats.drafters[0][0])

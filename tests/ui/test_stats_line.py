@@ -35,6 +35,16 @@ def test_auto_says_which_drafter_it_used_and_why_not_the_draft_model() -> None:
     assert "auto drafted nothing" in text and "draft accepted" not in text and "stop: stopped by you" in text
 
 
+def test_a_servers_answer_says_what_auto_chose_for_its_task_and_why() -> None:
+    on = MessageStats(SPEC, mode="llama.cpp+draft", stop_reason="eog",
+                      notes=("auto: llama-server's draft-mtp on for code: 1.42x plain over 6 answers",))
+    assert "· llama.cpp+draft: auto: llama-server's draft-mtp on for code: 1.42x plain over 6 answers ·" in \
+        stats_line(on, "done")
+    off = MessageStats(Counts.of_answer(101, 2.0), mode="llama.cpp", stop_reason="eog",
+                       notes=("auto: speculation off for chat: 0.93x plain over 7 answers",))
+    assert "nothing drafted: auto: speculation off for chat: 0.93x plain over 7 answers" in stats_line(off, "done")
+
+
 def test_no_multiplier_from_fewer_than_three_plain_runs() -> None:
     stats = MessageStats(SPEC, mode="draft", stop_reason="eog", drafters=(("model", 180, 120),))
     assert "vs plain: not measured yet (0 of 3 plain runs)" in stats_line(stats, "done", plain())
