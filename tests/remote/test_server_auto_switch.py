@@ -8,6 +8,7 @@ rates: tests/backends/test_server_auto.py.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import threading
@@ -21,11 +22,12 @@ from helpers.tiny_drafters import Tokenizer, write_eagle3, write_qwen3_target
 from specchat.backends.choose import choose
 from specchat.backends.factory import open_backend
 from specchat.backends.remote import ManagedSpec, RemoteBackend
+from specchat.cli.servers import server_events
 from specchat.config import AppConfig
 from specchat.engine.answer import AnswerRequest
 from specchat.engine.events import Done, TokensEmitted
 from specchat.engine.pair import CancelToken
-from specchat.engine.settings import Mode
+from specchat.engine.settings import Mode, SamplingSettings
 from specchat.metrics import Counts
 from specchat.profile import Profile
 from specchat.remote.client import Capabilities, ServerClient
@@ -190,3 +192,14 @@ def test_through_specchat_serve_a_request_names_its_task_and_hears_why(eagle3):
     assert mode2 == ("llama.cpp" if on_first else "llama.cpp+draft")
     assert why2.endswith("1 of 3 answers measured with speculation on, 0 of 3 with it off" if on_first
                          else "0 of 3 answers measured with speculation on, 1 of 3 with it off")
+
+
+@pytest.mark.real_server
+@pytest.mark.timeout(300)
+def test_the_bench_measures_the_managed_server_with_its_drafter_in_every_answer(eagle3):
+    """``specchat bench --server llama-server:TYPE``'s contender: auto would measure plain on the second
+    answer (one answer a side to compare); the bench's row is the drafter's, every time."""
+    args = argparse.Namespace(sampling=SamplingSettings(temperature=0.0), max_tokens=N_TOKENS, reasoning=None, stop=())
+    for _ in range(3):
+        done = list(server_events(eagle3, args, list(HELLO), fresh=True))[-1]
+        assert isinstance(done, Done) and done.stats.counts.drafted > 0 and done.stats.mode == "llama.cpp+draft"

@@ -108,12 +108,17 @@ def _check(server: ServerConfig, keys: Keychain, *, as_json: bool) -> int:
 
 
 def server_events(backend, args: argparse.Namespace, messages: list[dict[str, str]], *, fresh: bool = False):
+    """One answer of a server contender of the bench: the server as it was started.  A managed llama-server
+    with a drafter is asked for its drafter (the draft mode), so that ``auto`` does not turn it off for a
+    task it measured slower (backends/server_auto.py): the row measures the drafter in every answer."""
     from specchat.engine.answer import AnswerRequest
     from specchat.engine.pair import CancelToken
+    from specchat.engine.settings import Mode
 
     reasoning = None if getattr(args, "reasoning", None) is None else args.reasoning == "on"
-    request = AnswerRequest(messages=tuple(messages), sampling=args.sampling, max_tokens=args.max_tokens,
-                          reasoning=reasoning, stop=tuple(getattr(args, "stop", ()) or ()), fresh_prompt=fresh)
+    mode = Mode.DRAFT if getattr(backend, "auto", None) is not None else Mode.AUTO
+    request = AnswerRequest(messages=tuple(messages), mode=mode, sampling=args.sampling, max_tokens=args.max_tokens,
+                            reasoning=reasoning, stop=tuple(getattr(args, "stop", ()) or ()), fresh_prompt=fresh)
     return backend.answer(request, CancelToken())
 
 
