@@ -3,6 +3,7 @@ where its words are in the open chat, and an import of GGUF files says what it a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -149,7 +150,7 @@ def test_an_import_says_what_it_added_and_what_it_skipped(qtbot, fake_app, tmp_p
     details = box.informativeText()
     assert "added big-target.gguf: a model: a target, or the draft of a larger one" in details
     assert "added small-draft.gguf" in details
-    assert ("skipped junk.gguf: " in details) == with_junk
+    assert ("skipped junk.gguf: not a GGUF file" in details) == with_junk  # the name once, then why
     assert box.icon() == (QMessageBox.Icon.Warning if with_junk else QMessageBox.Icon.Information)
     assert dialog.installed.count() == 2
     box.close()
@@ -170,3 +171,15 @@ def test_importing_a_trained_drafter_names_its_kind(tmp_path, qwen_draft):
     assert "a trained drafter for its target (llama-server --spec-type draft-eagle3" in report.lines()[0]
     assert report.skipped[0][0] == "missing.gguf" and report.skipped[0][1]
     assert str(tmp_path) not in report.skipped[0][1]  # the name says which file; the reason says why
+
+
+def test_a_match_is_marked_in_the_text_never_in_a_tag_or_an_entity():
+    from specchat.ui.find_in_chat import highlighted, text_spans
+
+    html = "<p><a href='copy:0' style='color:#0b57d0'>Copy</a> a &amp; b, A copy</p>"
+    parts = re.split(r"(<[^>]*>)", html)
+    spans = {i: [(span, "background:#ff0") for span in text_spans(part, ["copy", "amp", "style"])]
+             for i, part in enumerate(parts) if i % 2 == 0 and text_spans(part, ["copy", "amp", "style"])}
+    marked = highlighted(html, spans)
+    assert marked.count("<span style='background:#ff0'>") == 2  # "Copy" and "copy", not the href, style or &amp;
+    assert "<a href='copy:0' style='color:#0b57d0'>" in marked and "&amp;" in marked

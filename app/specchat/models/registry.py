@@ -156,7 +156,10 @@ class ImportReport:
 def kind_phrase(m: InstalledModel) -> str:
     """What a model is for, in a few words: a trained drafter, or a model that is a target (or the
     draft of a larger one with its vocabulary)."""
-    size = f"{m.quant + ', ' if m.quant else ''}{m.bytes / 1024**3:.2f} GiB"
+    n = m.bytes  # in the Models dialog's units (models.hub.human_bytes)
+    shown = next((f"{n / scale:.1f} {unit}" for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+                  if n >= scale), f"{n} B")
+    size = f"{m.quant + ', ' if m.quant else ''}{shown}"
     if m.drafter:
         return f"a trained drafter for its target (llama-server --spec-type {m.drafter}; {size})"
     return (f"a model: a target, or the draft of a larger one with the same vocabulary "
@@ -576,7 +579,7 @@ class Registry:
                 model = self.add(p)
             except GGUFError as exc:
                 why = str(exc)
-                for prefix in (f"{Path(p).resolve()}: ", f"{p}: "):
+                for prefix in (f"{Path(p).resolve()}: ", f"{p}: ", f"{Path(p).name}: "):
                     why = why.removeprefix(prefix)
                 skipped.append((Path(p).name, why))
                 continue

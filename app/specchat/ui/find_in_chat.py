@@ -7,17 +7,21 @@ current one on ``Theme.match_current``.  Enter in the search field, F3 and Shift
 match / Previous match) step through them, scrolling the conversation to each.
 
 A message is a column of rich-text labels (:mod:`.message_widget`); a label has no extra
-selections, so its HTML is loaded into a :class:`QTextDocument`, the matches found there
-(``QTextDocument.find``) and given a background, and the label shows that document's HTML until the
-search changes.  A label that rendered again meanwhile (a streaming tail) is left as it is now.
+selections, so a match is found in the text between its HTML's tags (never in a tag or an entity)
+and wrapped in a coloured span, and the label shows that HTML until the search changes: the rest
+of the HTML is left as it was (a round trip through a QTextDocument would rewrite it: a code
+block's lines wrapped).  The current match is scrolled to where a :class:`QTextDocument` of the
+label lays it out.  A label that rendered again meanwhile (a streaming tail) is left as it is now.
 """
 
 from __future__ import annotations
 
+import html as html_lib
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QPoint, Signal, Slot
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QColor, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QLabel
 
 from specchat.store.chats import search_words
@@ -25,12 +29,61 @@ from specchat.store.chats import search_words
 from .conversation import ConversationView
 from .theme import controller, current
 
+_TAGS = re.compile(r"(<[^>]*>)")  # a label's HTML: text and tags, alternately
+_ENTITIES = re.compile(r"(&#?\w+;)")  # a text's entities: never matched into
+
 
 @dataclass(frozen=True, slots=True)
 class Match:
     label: QLabel
-    start: int  # in the label's document
+    part: int  # which text part of the label's HTML (_TAGS's split)
+    start: int  # in that part
     end: int
+
+
+def text_spans(text: str, words: list[str]) -> list[tuple[int, int]]:
+    """Where the words are in one HTML text (between tags), case-insensitive, outside entities; overlapping
+    matches merged, in order."""
+    folded = text.casefold() if len(text.casefold()) == len(text) else text.lower()
+    entities = [(m.start(), m.end()) for m in _ENTITIES.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    for word in words:
+        needle = html_lib.escape(word, quote=False).casefold()
+        at = folded.find(needle)
+        while needle and at >= 0:
+            end = at + len(needle)
+            if not any(a < end and at < b for a, b in entities) or needle.startswith("&"):
+                spans.append((at, end))
+            at = folded.find(needle, at + 1)
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def highlighted(html: str, spans: dict[int, list[tuple[int, str]]]) -> str:
+    """``html`` with each text part's spans ((start, end), css) wrapped in a styled <span>."""
+    parts = _TAGS.split(html)
+    for index, marks in spans.items():
+        text = parts[index]
+        for (a, b), css in sorted(marks, reverse=True):
+            text = f"{text[:a]}<span style='{css}'>{text[a:b]}</span>{text[b:]}"
+        parts[index] = text
+    return "".join(parts)
+
+
+def _position_of(doc: QTextDocument, background: QColor) -> int:
+    """Where the first text on ``background`` starts in ``doc`` (0: none)."""
+    block = doc.begin()
+    while block.isValid():
+        for fragment in (f.fragment() for f in block):
+            if fragment.isValid() and fragment.charFormat().background().color() == background:
+                return fragment.position()
+        block = block.next()
+    return 0
 
 
 class ChatFind(QObject):
@@ -82,58 +135,42 @@ class ChatFind(QObject):
                 labels.extend(label for label in w.body.labels() if label.text())
         return labels
 
-    def _document(self, label: QLabel, html: str) -> QTextDocument:
-        doc = QTextDocument()
-        doc.setDefaultFont(label.font())
-        doc.setHtml(html)
-        return doc
-
     def _find(self) -> list[Match]:
         found: list[Match] = []
         for label in self._labels():
-            doc = self._document(label, label.text())
-            spans: list[tuple[int, int]] = []
-            for word in self.words:
-                cursor = doc.find(word, 0)
-                while not cursor.isNull():
-                    spans.append((cursor.selectionStart(), cursor.selectionEnd()))
-                    cursor = doc.find(word, cursor)
-            found.extend(Match(label, a, b) for a, b in sorted(set(spans)))
+            for index, part in enumerate(_TAGS.split(label.text())):
+                if index % 2 == 0 and part:  # text, not a tag
+                    found.extend(Match(label, index, a, b) for a, b in text_spans(part, self.words))
         return found
 
     # -- showing --------------------------------------------------------------------------------
 
     def _paint(self) -> None:
         theme = current()
-        by_label: dict[QLabel, list[tuple[Match, bool]]] = {}
+        by_label: dict[QLabel, dict[int, list[tuple[tuple[int, int], str]]]] = {}
         for i, m in enumerate(self.matches):
-            by_label.setdefault(m.label, []).append((m, i == self.current))
-        for label, marks in by_label.items():
+            css = f"background:{theme.match_current if i == self.current else theme.match};color:{theme.match_text}"
+            by_label.setdefault(m.label, {}).setdefault(m.part, []).append(((m.start, m.end), css))
+        for label, spans in by_label.items():
             html = self._original.get(label, label.text())
-            doc = self._document(label, html)
-            for m, is_current in marks:
-                cursor = QTextCursor(doc)
-                cursor.setPosition(m.start)
-                cursor.setPosition(m.end, QTextCursor.MoveMode.KeepAnchor)
-                fmt = QTextCharFormat()
-                fmt.setBackground(QColor(theme.match_current if is_current else theme.match))
-                fmt.setForeground(QColor(theme.match_text))
-                cursor.mergeCharFormat(fmt)
             self._original[label] = html
-            self._shown[label] = doc.toHtml()
+            self._shown[label] = highlighted(html, spans)
             label.setText(self._shown[label])
         if self.matches:
             self._scroll_to(self.matches[self.current])
         self.changed.emit(self.current + 1, len(self.matches))
 
     def _scroll_to(self, m: Match) -> None:
-        doc = self._document(m.label, m.label.text())
+        """Scroll to the current match: its line, where a document of the label's HTML lays it out."""
+        doc = QTextDocument()
+        doc.setDefaultFont(m.label.font())
+        doc.setHtml(m.label.text())
         doc.setTextWidth(m.label.contentsRect().width())
         cursor = QTextCursor(doc)
-        cursor.setPosition(m.start)
-        block = doc.documentLayout().blockBoundingRect(cursor.block())
+        cursor.setPosition(_position_of(doc, QColor(current().match_current)))
+        top = doc.documentLayout().blockBoundingRect(cursor.block()).top()
         line = cursor.block().layout().lineForTextPosition(cursor.positionInBlock())
-        y = block.top() + (line.y() + line.height() / 2 if line.isValid() else 0)
+        y = top + (line.y() + line.height() / 2 if line.isValid() else 0)
         self.conversation.show_point(m.label, QPoint(0, int(y)))
 
     def _restore(self) -> None:

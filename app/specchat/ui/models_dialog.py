@@ -566,6 +566,9 @@ class ModelsDialog(QDialog):
         icon = QMessageBox.Icon.Information if not report.skipped else QMessageBox.Icon.Warning
         box = QMessageBox(icon, "Import GGUF files", report.summary(), QMessageBox.StandardButton.Ok, self)
         box.setInformativeText("\n".join(report.lines()))
+        lines = box.findChild(QLabel, "qt_msgbox_informativelabel")  # Qt's own name for it
+        if lines is not None:
+            lines.setMinimumWidth(min(560, self.width() * 2 // 3))  # a line a file, not a column of words
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.destroyed.connect(lambda: setattr(self, "import_box", None))
         box.open()

@@ -27,6 +27,7 @@ class ShortcutsDialog(QDialog):
         self.table = QTableWidget(len(rows), len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)  # a list, not a form
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setWordWrap(False)
@@ -43,7 +44,8 @@ class ShortcutsDialog(QDialog):
         layout.addWidget(buttons)
         self.table.resizeColumnsToContents()
         width = sum(self.table.columnWidth(c) for c in range(len(COLUMNS))) + 60
-        self.resize(min(max(width, 520), 760), 560)
+        rows_height = self.table.verticalHeader().length() + self.table.horizontalHeader().height() + 90
+        self.resize(min(max(width, 520), 760), min(rows_height, 640))
 
     def rows(self) -> list[tuple[str, ...]]:
         """What the list shows, row by row (keys, what it does, where)."""
