@@ -64,7 +64,7 @@ def text_spans(text: str, words: list[str]) -> list[tuple[int, int]]:
     return merged
 
 
-def highlighted(html: str, spans: dict[int, list[tuple[int, str]]]) -> str:
+def highlighted(html: str, spans: dict[int, list[tuple[tuple[int, int], str]]]) -> str:
     """``html`` with each text part's spans ((start, end), css) wrapped in a styled <span>."""
     parts = _TAGS.split(html)
     for index, marks in spans.items():
@@ -79,9 +79,12 @@ def _position_of(doc: QTextDocument, background: QColor) -> int:
     """Where the first text on ``background`` starts in ``doc`` (0: none)."""
     block = doc.begin()
     while block.isValid():
-        for fragment in (f.fragment() for f in block):
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
             if fragment.isValid() and fragment.charFormat().background().color() == background:
                 return fragment.position()
+            it += 1
         block = block.next()
     return 0
 
