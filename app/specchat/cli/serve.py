@@ -24,7 +24,8 @@ def add_parser(sub, config, add_model_args, menu_names) -> None:
     add_model_args(p, config)
     p.add_argument("--mode", choices=menu_names, default=str(config["default_mode"]),
                    help=f"speculation for requests that do not choose (default {config['default_mode']}); a request "
-                        "chooses with \"specchat\": {\"mode\": ...}")
+                        "chooses with \"specchat\": {\"mode\": ...}, and names its task with \"task\" (code, edit, chat, "
+                        "json, summary, creative or your own: auto on --server llama-server decides per task)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1, this machine only; another address lets other "
