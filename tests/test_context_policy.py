@@ -97,3 +97,14 @@ def test_the_reserve_is_max_tokens_but_never_more_than_half_the_context():
 @pytest.mark.parametrize("policy", ["truncate_middle", "rolling_window"])
 def test_a_policy_given_by_name_is_read(policy):
     assert fit(chat(20), policy, 200).left_out > 0
+
+
+@pytest.mark.parametrize("policy, kept_start", [(ContextPolicy.ROLLING_WINDOW, 1), (ContextPolicy.TRUNCATE_MIDDLE, 3)])
+def test_the_fit_says_where_the_messages_it_left_out_begin(policy, kept_start):
+    """The transcript marks what was not sent from this: request[left_out_at : left_out_at + left_out]."""
+    msgs = chat(20)
+    out = fit(msgs, policy, 200)
+    assert out.left_out > 0 and out.left_out_at == kept_start
+    gone = msgs[out.left_out_at:out.left_out_at + out.left_out]
+    assert [m for m in msgs if m not in gone] == list(out.messages)  # exactly the ones not sent
+    assert fit(msgs, policy, 10_000).left_out_at == 0  # nothing left out

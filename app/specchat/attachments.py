@@ -286,12 +286,20 @@ def message_text(question: str, files: Iterable[tuple[str, str, str]]) -> str:
 def chat_messages(store: Store, chat_id: int, system_prompt: str = "") -> tuple[dict[str, str], ...]:
     """What a chat's next turn sends: the system prompt, then each shown question (with its files, as
     :func:`message_text` puts them) and each answer with text."""
+    return tuple(m for _id, m in chat_messages_with_ids(store, chat_id, system_prompt))
+
+
+def chat_messages_with_ids(store: Store, chat_id: int,
+                           system_prompt: str = "") -> tuple[tuple[int | None, dict[str, str]], ...]:
+    """:func:`chat_messages`, each with the id of the stored message it is (None: the system prompt):
+    what the context policy left out of a prompt is told back by these ids."""
     files = store.chat_attachments(chat_id)
-    msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    msgs: list[tuple[int | None, dict[str, str]]] = (
+        [(None, {"role": "system", "content": system_prompt})] if system_prompt else [])
     for m in store.messages(chat_id):
         if m.role == "user":
             attached = [(a.name, a.mime, store.attachment_text(a)) for a in files.get(m.id, ())]
-            msgs.append({"role": "user", "content": message_text(m.content, attached)})
+            msgs.append((m.id, {"role": "user", "content": message_text(m.content, attached)}))
         elif m.role == "assistant" and m.content:
-            msgs.append({"role": m.role, "content": m.content})
+            msgs.append((m.id, {"role": m.role, "content": m.content}))
     return tuple(msgs)

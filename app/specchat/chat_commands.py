@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.context_policy import ContextPolicy
 from specchat.presets import Preset
 from specchat.store import Chat, ChatSettings, Message, NewAttachment, Store, StoreError, backup, exchange
 
@@ -96,6 +97,12 @@ class ChatCommands:
     def update_settings(self, chat_id: int, settings: ChatSettings) -> Chat:
         settings.validate()
         return self.store.update_settings(chat_id, settings)
+
+    def set_context_policy(self, chat_id: int, policy: ContextPolicy | str) -> Chat:
+        """The chat's "Past the context" from its next answer on (the remedy the context error offers);
+        ValueError (one line) for a policy there is no such."""
+        chosen = ContextPolicy(policy)
+        return self.update_settings(chat_id, self.store.get_chat(chat_id).settings.replaced(context_policy=chosen.value))
 
     def apply_preset(self, chat_id: int, preset: Preset) -> Chat:
         """The chat takes the preset's settings from its next answer on, keeping its models and backend."""

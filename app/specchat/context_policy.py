@@ -26,6 +26,10 @@ Message = dict[str, str]
 P = TypeVar("P")
 
 
+SETTING = "Past the context"  # the chat setting's name (Chat settings), as error lines name it
+STOP_LABEL = "Stop at the limit"
+
+
 class ContextPolicy(StrEnum):
     STOP = "stop"
     TRUNCATE_MIDDLE = "truncate_middle"
@@ -40,13 +44,18 @@ class PolicyInfo:
 
 
 POLICIES: tuple[PolicyInfo, ...] = (
-    PolicyInfo(ContextPolicy.STOP, "Stop at the limit", "send the whole chat; stop when it no longer fits"),
+    PolicyInfo(ContextPolicy.STOP, STOP_LABEL, "send the whole chat; stop when it no longer fits"),
     PolicyInfo(ContextPolicy.TRUNCATE_MIDDLE, "Truncate middle",
                "keep the system prompt and the first exchange, leave out the oldest turns after them"),
     PolicyInfo(ContextPolicy.ROLLING_WINDOW, "Rolling window", "keep the system prompt, leave out the oldest turns"),
 )
 POLICY_NAMES: tuple[str, ...] = tuple(p.value for p in ContextPolicy)
 POLICIES_HELP = "; ".join(f"{p.policy.value}: {p.help}" for p in POLICIES)
+
+
+def label(policy: ContextPolicy | str) -> str:
+    """The policy's name as Chat settings shows it ("Rolling window")."""
+    return next(p.label for p in POLICIES if p.policy is ContextPolicy(policy))
 
 
 def reserve(n_ctx: int, max_tokens: int) -> int:
@@ -60,6 +69,7 @@ class Fitted(Generic[P]):
     prompt: P  # the rendered prompt of what is sent
     messages: tuple[Message, ...]  # what is sent
     left_out: int  # messages of the chat not sent
+    left_out_at: int = 0  # the index in ``messages`` of the first one not sent (those not sent are contiguous)
 
 
 def fit_messages(messages: Sequence[Message], policy: ContextPolicy | str, budget: int,
@@ -103,7 +113,7 @@ def fit_messages(messages: Sequence[Message], policy: ContextPolicy | str, budge
                 lo = mid
         d = hi
     sent = head + [m for turn in droppable[d:] for m in turn] + last
-    return Fitted(attempt(d), tuple(sent), sum(len(turn) for turn in droppable[:d]))
+    return Fitted(attempt(d), tuple(sent), sum(len(turn) for turn in droppable[:d]), len(head) if d else 0)
 
 
 def _split(msgs: list[Message], *, keep_first_turn: bool) -> tuple[list[Message], list[list[Message]], list[Message]]:

@@ -179,7 +179,7 @@ SETTINGS_KEYS = sorted({f.name for f in fields(ChatSettings)} - {"sampling"}
                        | {f.name for f in fields(ChatSettings().sampling.__class__)} - {"structured"}
                        | {"structured_kind", "structured_text", "from_a_newer_version"})
 STATS_KEYS = ["counts", "mode", "stop_reason", "fallbacks", "error", "phases", "structured", "drafters", "notes",
-              "n_ctx", "left_out", "from_a_newer_version"]
+              "n_ctx", "left_out", "left_out_span", "busy", "busy_why", "from_a_newer_version"]
 SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-(1 << 70), max_value=1 << 70)
            | st.floats() | st.text(max_size=20) | st.sampled_from(["json_schema", "grammar", "draft", "off"]))
 VALUES = st.recursive(SCALARS, lambda kids: st.lists(kids, max_size=4)
@@ -270,3 +270,16 @@ def test_settings_that_could_not_be_read_back_are_refused_before_they_are_stored
 def test_bounded_json_refuses_what_does_not_nest_within_its_bound():
     with pytest.raises(bounded_json.TooDeep):
         bounded_json.loads(DEEP)
+
+
+def test_an_answers_left_out_span_and_machine_verdict_read_back_and_a_bad_one_is_left_out_with_a_line():
+    stats = MessageStats(Counts.of_answer(40, 1.0), mode="draft", left_out=4, left_out_span=(3, 9), busy=True,
+                         busy_why="other work kept 1.6 of 2 cores busy")
+    assert MessageStats.from_json(stats.to_json()) == stats
+    lines: list[str] = []
+    for bad in ([9, 3], [0, 2], [1], "3-9", [1.5, 2]):
+        doc = json.loads(stats.to_json()) | {"left_out_span": bad, "busy": "yes"}
+        read = MessageStats.from_json(json.dumps(doc), damaged=lines.append)
+        assert read is not None and read.left_out_span is None and read.busy is None and read.left_out == 4
+    assert len(lines) == 5 and all("left_out_span" in line and "busy" in line for line in lines)
+    assert MessageStats.from_json('{"counts": {"tokens": 3}}').busy is None  # an older answer: not judged

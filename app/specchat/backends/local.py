@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import Protocol
 
-from specchat.context_policy import ContextPolicy, fit_messages, reserve
+from specchat.context_policy import SETTING, STOP_LABEL, ContextPolicy, fit_messages, label, reserve
 from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
 from specchat.engine.chat import TemplateCancelled
@@ -116,7 +116,7 @@ class LocalBackend:
         prompt = fitted.prompt
         if request.controller is not None:
             self.pair.retune(request.controller)
-        yield Started(len(prompt.tokens), prompt.starts_in_reasoning, fitted.left_out)
+        yield Started(len(prompt.tokens), prompt.starts_in_reasoning, fitted.left_out, fitted.left_out_at)
         over = len(prompt.tokens) + 1 - self.pair.target.n_ctx
         if over > 0:  # even what the policy may send does not fit: one line that says by how much, never a cut
             message = too_long(len(prompt.tokens), self.pair.target.n_ctx, request.context_policy, fitted.left_out)
@@ -150,8 +150,9 @@ def too_long(tokens: int, n_ctx: int, policy: ContextPolicy | str, left_out: int
     over = tokens + 1 - n_ctx
     cut = f" with {left_out} earlier message{'s' if left_out != 1 else ''} left out" if left_out else ""
     if ContextPolicy(policy) is ContextPolicy.STOP:
-        advice = ("the chat's context policy is stop: choose truncate middle or rolling window to leave out "
-                  "earlier turns, shorten the question or its files, or raise the context size")
+        advice = (f"this chat's setting “{SETTING}” is “{STOP_LABEL}”: set it to “{label(ContextPolicy.ROLLING_WINDOW)}” "
+                  f"or “{label(ContextPolicy.TRUNCATE_MIDDLE)}” (Chat settings) to leave out earlier turns, "
+                  "shorten the question or its files, or raise the context size")
     else:
         advice = "the question with its files alone is too long: shorten it or raise the context size"
     return f"the prompt is {tokens} tokens{cut} and the context holds {n_ctx}: {over} too many; {advice}"

@@ -53,6 +53,7 @@ class Started:
     prompt_tokens: int  # 0 where the backend does not say before it answers (a server)
     starts_in_reasoning: bool  # the template opened the think block in the prompt itself
     left_out: int = 0  # messages of the request the context policy did not send
+    left_out_at: int = 0  # the index in the request's messages of the first one not sent (they are contiguous)
 
 
 AnswerEvent = Started | Event

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from specchat.attachments import chat_messages
+from specchat.attachments import chat_messages_with_ids
 from specchat.backends.factory import BackendConfig
 from specchat.backends.server_auto import OFF_MODE, ON_MODE, samples_of
 from specchat.context_policy import ContextPolicy
@@ -80,6 +80,9 @@ class AnswerNotice:
     error: bool = False
     warning: bool = False  # the fallback-share warning
     permanent: bool = False
+    # the chat's prompt outgrew the context under "Stop at the limit": the remedy is its setting
+    # "Past the context" (the chat pane offers it in place)
+    past_context: bool = False
 
 
 def fallback_warning(counts: Counts, limit: float) -> str:
@@ -105,6 +108,9 @@ class LiveAnswer:
         self.unsaved_stop = False  # stopped because the database refused its text (disk full)
         self.controller: ControllerSettings | None = None  # the app's controller settings when its turn came
         self.left_out = 0  # messages of the chat its context policy did not send (from the backend's Started)
+        self.sent_ids: tuple[int | None, ...] = ()  # the stored id of each message of its request (None: the system prompt)
+        self.left_out_span: tuple[int, int] | None = None  # the first and last stored id its policy did not send
+        self.prompt_tokens = 0  # the prompt's tokens, as the backend's Started said
         self.counts = Counts()  # its rounds so far (the engine's RoundStats, as the telemetry panel adds them)
         self.fallback_warned = False  # the engine warned that too many of its rounds fell back
 
@@ -368,7 +374,9 @@ class AnswerService(QObject):
     def _start(self, live: LiveAnswer) -> None:
         s = live.settings
         info = self.pair_info
-        messages = self._history(live.chat_id, s)
+        history = self._history(live.chat_id, s)
+        live.sent_ids = tuple(i for i, _m in history)
+        messages = tuple(m for _i, m in history)
         try:
             message = self.store.start_answer(live.chat_id)
         except (KeyError, StoreWriteError) as exc:  # the chat was deleted while it waited, or the disk is full
@@ -429,10 +437,11 @@ class AnswerService(QObject):
         _deliver(job, last)
         self.queueChanged.emit()
 
-    def _history(self, chat_id: int, s: ChatSettings) -> tuple[dict[str, str], ...]:
-        """The whole chat, each question with its files in its text: the backend's context policy counts
-        them and the lookup drafter drafts from them (specchat.attachments.chat_messages)."""
-        return chat_messages(self.store, chat_id, s.system_prompt)
+    def _history(self, chat_id: int, s: ChatSettings) -> tuple[tuple[int | None, dict[str, str]], ...]:
+        """The whole chat, each question with its files in its text, with its stored id: the backend's
+        context policy counts them and the lookup drafter drafts from them (specchat.attachments.chat_messages);
+        the ids say which messages the policy left out (the transcript's marks)."""
+        return chat_messages_with_ids(self.store, chat_id, s.system_prompt)
 
     def _measured(self, s: ChatSettings) -> tuple[tuple[bool, Counts], ...]:
         """This chat's task's stored answers on its pair's managed llama-server, with speculation on and off."""
@@ -515,6 +524,10 @@ class AnswerService(QObject):
             self.recorder.feed(rid, live.chat_id, ev)
         if isinstance(ev, Started):
             live.left_out = ev.left_out
+            live.prompt_tokens = ev.prompt_tokens
+            # the backend's own fit: the messages it left out are request[left_out_at : left_out_at + left_out]
+            ids = [i for i in live.sent_ids[ev.left_out_at:ev.left_out_at + ev.left_out] if i is not None]
+            live.left_out_span = (ids[0], ids[-1]) if ev.left_out and ids else None
         elif isinstance(ev, TokensEmitted):
             live.add(ev.answer, ev.reasoning, ev.origins)
             self.changed.emit(live.chat_id)
@@ -525,7 +538,10 @@ class AnswerService(QObject):
             live.fallback_warned = live.fallback_warned or ev.warning
             self.notice.emit(AnswerNotice(live.chat_id, ev.reason, warning=ev.warning, permanent=ev.permanent))
         elif isinstance(ev, Error):
-            self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True))
+            n_ctx = self.pair_info.n_ctx if self.pair_info is not None else 0
+            past = (ContextPolicy(live.settings.context_policy) is ContextPolicy.STOP and n_ctx > 0
+                    and live.prompt_tokens + 1 > n_ctx)  # the backend's own test of a prompt that cannot fit
+            self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True, past_context=past))
         elif isinstance(ev, Done):
             self._finish(live, ev)
 
@@ -546,7 +562,11 @@ class AnswerService(QObject):
                                              error=done.message if state == "error" else "")
         # the context it ran in and what its policy left out: the footer's "context N / n_ctx"
         stats = replace(stats, n_ctx=self.pair_info.n_ctx if self.pair_info is not None else 0,
-                        left_out=live.left_out)
+                        left_out=live.left_out, left_out_span=live.left_out_span)
+        if self.recorder is not None and self.recorder.machine is not None:
+            # the verdict the recorder just gave this answer (it heard the Done first): the task table
+            # leaves a run measured on a busy machine out of its multipliers
+            stats = replace(stats, busy=bool(self.recorder.busy), busy_why=self.recorder.busy)
         stored = self._store_final(live, state, stats)
         self.finished.emit(live.chat_id, stored)
         self.queueChanged.emit()

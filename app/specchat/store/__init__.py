@@ -27,6 +27,7 @@ from .records import (
     NewAttachment,
     normalize_mode,
     normalize_task_tag,
+    not_sent,
     origin_chars,
 )
 from .task_stats import MIN_PLAIN_RUNS, PlainReference, TaskRow, plain_reference, reset_task_stats, task_table
@@ -58,6 +59,7 @@ __all__ = [
     "fts5_available",
     "normalize_mode",
     "normalize_task_tag",
+    "not_sent",
     "open_store",
     "origin_chars",
     "plain_reference",

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -227,6 +227,15 @@ def _drafter_rows(value: object) -> tuple[tuple[str, int, int], ...]:
     return tuple((_text(n), _count(d), _count(a)) for n, d, a in value)
 
 
+def _id_span(value: object) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"must be [first id, last id], got {_shown(value)}")
+    first, last = _count(value[0]), _count(value[1])
+    if not 1 <= first <= last:
+        raise ValueError(f"must be [first id, last id] from 1, first not after last, got {_shown(value)}")
+    return first, last
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -295,12 +304,22 @@ class MessageStats(CountsView):
     notes: tuple[str, ...] = ()  # why a drafter did not run, in a few words each (the stats line)
     n_ctx: int = 0  # the context it was answered in (0: not known, a server that does not say, an older answer)
     left_out: int = 0  # messages of the chat its context policy did not send (nothing is deleted)
+    # the ids of the first and the last stored message not sent (those between them, shown then, were not
+    # either): the transcript's "not sent" marks; None where nothing was left out, or an answer before them
+    left_out_span: tuple[int, int] | None = None
+    # the machine's verdict while it was measured (engine/contention.py): True busy, False quiet, None not
+    # judged (an older answer, a server's); a busy run's figures are left out of the task table
+    busy: bool | None = None
+    busy_why: str = ""  # what made it busy, in a few words
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
         object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
         object.__setattr__(self, "drafters", tuple((str(n), int(d), int(a)) for n, d, a in self.drafters))
         object.__setattr__(self, "notes", tuple(self.notes))
+        if self.left_out_span is not None:
+            first, last = self.left_out_span
+            object.__setattr__(self, "left_out_span", (int(first), int(last)))
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
@@ -317,6 +336,12 @@ class MessageStats(CountsView):
             doc["n_ctx"] = self.n_ctx
         if self.left_out:
             doc["left_out"] = self.left_out
+        if self.left_out_span is not None:
+            doc["left_out_span"] = list(self.left_out_span)
+        if self.busy is not None:
+            doc["busy"] = self.busy
+        if self.busy_why:
+            doc["busy_why"] = self.busy_why
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -374,7 +399,7 @@ class MessageStats(CountsView):
 _STATS_KEYS: dict[str, Callable[[Any], object]] = {
     "counts": Counts.from_dict, "mode": _text, "stop_reason": _text, "fallbacks": _texts, "error": _text,
     "phases": PhaseSplit.from_dict, "structured": _text, "drafters": _drafter_rows, "notes": _texts,
-    "n_ctx": _count, "left_out": _count,
+    "n_ctx": _count, "left_out": _count, "left_out_span": _id_span, "busy": _flag, "busy_why": _text,
 }
 
 
@@ -572,3 +597,14 @@ def parse_spans(spans: str) -> list[tuple[int, bool]]:
         elif n:
             runs.append((n, draft))
     return runs if at == len(spans or "") else []
+
+
+def not_sent(messages: Sequence[Message]) -> frozenset[int]:
+    """The ids of the shown ``messages`` (a chat's, in order) that the latest finished answer's prompt left
+    out: its stored ``left_out_span``, the very messages its context policy did not send.  Empty when it
+    left none out, or is an answer from before spans were stored (its footer still says how many)."""
+    last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats is not None), None)
+    if last is None or last.stats is None or last.stats.left_out_span is None:
+        return frozenset()
+    first, end = last.stats.left_out_span
+    return frozenset(m.id for m in messages if first <= m.id <= end and m.id < last.id and m.role != "system")

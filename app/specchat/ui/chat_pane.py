@@ -8,6 +8,7 @@ says it changed, and builds everything else from the store.
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from PySide6.QtWidgets import (
 
 from specchat.attachments import CHOOSER_FILTER
 from specchat.chat_commands import ChatCommands
+from specchat.context_policy import SETTING, ContextPolicy
+from specchat.context_policy import label as policy_label
 from specchat.metrics import Counts
 from specchat.services.answers import AnswerNotice, AnswerService, LiveAnswer, Phase, fallback_warning
 from specchat.stats_line import stats_line
@@ -34,6 +37,7 @@ from specchat.store import (
     NewAttachment,
     Store,
     StoreError,
+    not_sent,
     plain_reference,
 )
 
@@ -52,6 +56,7 @@ LIVE_FOOTER = {
 }
 API_WAITING = "waiting for an API request's answer to finish…"  # the head of the line is a request of the API
 NO_PAIR = "No model pair for this chat yet: choose one with Pair… (Models menu)."
+REMEDY = ContextPolicy.ROLLING_WINDOW  # the one-click remedy of a chat that outgrew the context
 
 
 class Composer(QPlainTextEdit):
@@ -111,6 +116,7 @@ class ChatPane(QWidget):
     titleChanged = Signal()  # a chat got its title from its first message
     pairRequested = Signal()
     pairChanged = Signal(object)  # ChatSettings whose target or draft changed
+    settingsRequested = Signal(str)  # open Chat settings… at this field ("context_policy")
 
     def __init__(self, store: Store, answers: AnswerService, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -128,6 +134,8 @@ class ChatPane(QWidget):
         self.conversation = ConversationView()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
+        self.notice.setTextFormat(Qt.TextFormat.PlainText)
+        self.notice.linkActivated.connect(self._on_notice_link)
         self.notice.hide()
         self.composer = Composer(placeholderText="Message (Enter sends, Shift+Enter for a new line)")
         self.composer.setFixedHeight(90)
@@ -167,6 +175,8 @@ class ChatPane(QWidget):
         answers.queueChanged.connect(self.update_buttons)
         answers.notice.connect(self._on_notice)
         self._notice_error = False
+        self._notice_links: tuple[tuple[str, str], ...] = ()
+        self._notice_text = ""
         self._notice_sticky = False  # a refused write's line: kept until the user acts (show_notice)
         self._fallback_limit: float | None = None  # the fallback-share warning is shown, with this limit
         controller().changed.connect(self._style_notice)
@@ -199,8 +209,10 @@ class ChatPane(QWidget):
                 self._wire_user(w, m, versions.get(m.id, 1))
                 if m.id in files:
                     w.set_files([(a.name, a.size) for a in files[m.id]])
+            w.message_id = m.id
         if live is not None:
             self._paint_live(live)
+        self._mark_not_sent()
         self.show_settings(self.settings())
         self.update_buttons()
 
@@ -457,8 +469,10 @@ class ChatPane(QWidget):
                 self.conversation.remove(w)
             else:
                 w.segments = _segments(stored) or w.segments
+                w.message_id = stored.id or None
                 w.set_content(stored.content, stored.reasoning, self._footer(stored))
                 self.conversation.flush()
+                self._mark_not_sent()
                 if self._fallback_limit is not None and stored.stats is not None:
                     self._show_fallback(stored.stats.counts, self._fallback_limit)  # its final share
         self.update_buttons()
@@ -473,8 +487,41 @@ class ChatPane(QWidget):
         live = self.answers.answer(notice.chat_id)
         if notice.warning and live is not None:
             self._show_fallback(live.counts, live.warning_share)  # kept current as the answer goes on (_paint_live)
+        elif notice.past_context:  # the remedy in place: the setting it names, one click away
+            self.show_notice(notice.text, error=True, links=(
+                (f"policy:{REMEDY.value}", f"Use “{policy_label(REMEDY)}” for this chat"),
+                ("settings:context_policy", f"Chat settings… → {SETTING}")))
         else:
             self.show_notice(notice.text, error=notice.error)
+
+    def _on_notice_link(self, href: str) -> None:
+        if href.startswith("policy:") and self.chat_id is not None:
+            self.use_context_policy(href[len("policy:"):])
+        elif href.startswith("settings:"):
+            self.settingsRequested.emit(href[len("settings:"):])
+        elif href == "regenerate":
+            self.regenerate()
+
+    def use_context_policy(self, policy: str) -> None:
+        """The context error's remedy: this chat's "Past the context" becomes ``policy``, stored, and the
+        notice says so (with Regenerate, to answer the question that did not fit)."""
+        if self.chat_id is None:
+            return
+        try:
+            self.commands.set_context_policy(self.chat_id, policy)
+        except (StoreError, ValueError) as exc:
+            self.show_notice(f"{exc}; “{SETTING}” is as it was", error=True, sticky=True)
+            return
+        self.show_notice(f"“{SETTING}” is now “{policy_label(policy)}” for this chat: the oldest turns are left "
+                         "out of what is sent, nothing is deleted.", links=(("regenerate", "Regenerate"),))
+
+    def _mark_not_sent(self) -> None:
+        """Dim the messages the latest answer's prompt left out (its stored span: what its policy did)."""
+        if self.chat_id is None:
+            return
+        left = not_sent(self.store.messages(self.chat_id))
+        for w in self.conversation.messages:
+            w.set_not_sent(w.message_id in left)
 
     def clear_pair_notice(self) -> None:
         """A pair loaded: what the notice said of the pair is stale; a refused write's line stays."""
@@ -487,16 +534,31 @@ class ChatPane(QWidget):
             self.show_notice(text)
         self._fallback_limit = limit
 
-    def show_notice(self, text: str, error: bool = False, *, sticky: bool = False) -> None:
+    def show_notice(self, text: str, error: bool = False, *, sticky: bool = False,
+                    links: tuple[tuple[str, str], ...] = ()) -> None:
         """One line above the composer ("" hides it).  A ``sticky`` one (a write the store refused)
-        stays until the user's next action; a pair that finishes loading does not take it away."""
+        stays until the user's next action; a pair that finishes loading does not take it away.
+        ``links``: (href, text) each, after the line (the context error's remedy)."""
         self._notice_error = error
         self._notice_sticky = sticky and bool(text)
         self._fallback_limit = None  # the notice is no longer the fallback-share warning
+        self._notice_links, self._notice_text = links, text
         self._style_notice(current())
-        self.notice.setText(text)
         self.notice.setVisible(bool(text))
+        if not links:
+            self.notice.setTextFormat(Qt.TextFormat.PlainText)
+            self.notice.setText(text)
+            return
+        self._render_notice_links(current())
+
+    def _render_notice_links(self, theme: Theme) -> None:
+        links = " · ".join(f"<a href='{href}' style='color:{theme.link}'>{html.escape(t)}</a>"
+                           for href, t in self._notice_links)
+        self.notice.setTextFormat(Qt.TextFormat.RichText)
+        self.notice.setText(f"{html.escape(self._notice_text)}<br>{links}")
 
     def _style_notice(self, theme: Theme) -> None:
         colour = theme.error if self._notice_error else theme.warning
         self.notice.setStyleSheet(f"color:{colour}; padding:2px 8px;")
+        if self._notice_links and self.notice.textFormat() is Qt.TextFormat.RichText:
+            self._render_notice_links(theme)  # the links in the new theme's colour

@@ -164,6 +164,7 @@ class MainWindow(QMainWindow):
         # the window opens Chat settings…: the dialog lists the profile's servers and checks the llama-server
         # on the session's task runner, which the pane cannot see
         self.pane.header.settingsRequested.connect(self.edit_chat_settings)
+        self.pane.settingsRequested.connect(self.edit_chat_settings)  # the context error's "Chat settings… → Past the context"
         self.pane.header.presetsRequested.connect(self.open_presets)
         self.answers.pairLoading.connect(lambda name: self.pair_status.setText(f"loading {name}…"))
         self.answers.pairLoaded.connect(self._on_pair_loaded)
@@ -388,11 +389,13 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(str(exc), 20_000)
             return []
 
-    def edit_chat_settings(self) -> None:
+    def edit_chat_settings(self, field: str = "") -> None:
+        """Chat settings… of the shown chat; ``field`` ("context_policy"): the one to open at."""
         if self.chat_id is None:
             return
         chat_id, before = self.chat_id, self.pane.settings()
         dialog = ChatSettingsDialog(before, self, servers=self.server_names(), tasks=self.session.tasks)
+        dialog.focus_field(field)
         if not dialog.exec() or self.chat_id != chat_id:
             return
         new = dialog.result_settings()

@@ -18,7 +18,16 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QGraphicsOpacityEffect,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from .attachment_chips import ChipRow
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
@@ -27,6 +36,8 @@ from .theme import Theme, current
 
 BLOCK_SPACING = 6  # px between blocks: a paragraph's gap inside one label looks the same
 EDIT_LINES = (3, 14)  # the in-place editor grows with its text between these many lines, then scrolls
+NOT_SENT = "not sent: past the context"  # the mark of a message the latest answer's prompt left out
+NOT_SENT_OPACITY = 0.55
 COPIED_MS = 1500  # how long the footer's Copy says "Copied" after a copy
 
 
@@ -203,6 +214,12 @@ class MessageWidget(QFrame):
         self.footer_label = _label()
         self.footer_label.linkActivated.connect(self._on_link)
         self.file_chips = ChipRow(theme=self.theme)  # a question's files, above its text
+        self.not_sent = False  # the latest answer's prompt left this message out (set_not_sent)
+        self.not_sent_label = QLabel(NOT_SENT)
+        self.not_sent_label.setToolTip("The chat's setting “Past the context” left this message out of what the "
+                                       "model read for the latest answer. Nothing is deleted.")
+        self.not_sent_label.hide()
+        layout.addWidget(self.not_sent_label)
         layout.addWidget(self.file_chips)
         for w in (self.reasoning_toggle, self.reasoning_view, self.markdown_view, self.tint_view, self.footer_label):
             layout.addWidget(w)
@@ -256,6 +273,19 @@ class MessageWidget(QFrame):
 
     def _action(self, href: str, text: str, enabled: bool) -> str:
         return self._link(href, text) if enabled else f"<span style='color:{self.theme.muted}'>{text}</span>"
+
+    def set_not_sent(self, on: bool) -> None:
+        """Dimmed, under a small "not sent: past the context" label, or as any message."""
+        if on == self.not_sent:
+            return
+        self.not_sent = on
+        self.not_sent_label.setVisible(on)
+        if on:
+            effect = QGraphicsOpacityEffect(self)
+            effect.setOpacity(NOT_SENT_OPACITY)
+            self.setGraphicsEffect(effect)
+        else:
+            self.setGraphicsEffect(None)  # type: ignore[arg-type]
 
     # -- editing in place (user messages) -------------------------------------------------
 
@@ -366,6 +396,7 @@ class MessageWidget(QFrame):
         self.setStyleSheet(f"#message-{self.role} {{ background:{t.bubbles.get(self.role, t.bubble_assistant)};"
                            f" {border} border-radius:8px; }}")
         self.footer_label.setStyleSheet(f"color:{t.muted}; font-size:11px;")
+        self.not_sent_label.setStyleSheet(f"color:{t.muted}; font-size:11px; font-style:italic;")
         self.reasoning_view.set_text_css(f"color:{t.muted}; margin-left:8px;")
         self._markdown = MarkdownStream(t)
         self._tint = TintStream(t, f"background:{t.draft_tint}")

@@ -245,6 +245,13 @@ class ChatSettingsDialog(QDialog):
         self.backend.currentIndexChanged.connect(lambda _i: self._backend_changed())
         self._backend_changed()
 
+    def focus_field(self, name: str) -> None:
+        """Open at one setting (the context error's remedy opens at "Past the context"); "" or an unknown
+        name: as usual."""
+        widget = getattr(self, name, None) if name else None
+        if isinstance(widget, QWidget):
+            widget.setFocus(Qt.FocusReason.OtherFocusReason)
+
     def _structured_widgets(self, settings: ChatSettings) -> QWidget:
         """None / JSON schema / GBNF grammar, Load file…, the text (checked on OK) and its error line."""
         self.structured_kind = QComboBox()
