@@ -121,6 +121,14 @@ def test_search_highlights_its_words_in_the_open_chat_and_steps_through_them(qtb
                for w in window.pane.conversation.messages for label in w.body.labels())
 
 
+def test_opening_a_chat_with_no_search_leaves_the_status_line_alone(qtbot, fake_app):
+    s = started(qtbot, fake_app, ("user", "one apple"))
+    other = s.store.create_chat("Other", s.window.pane.settings()).id
+    s.window.statusBar().showMessage("exported to chats.md")  # what an export or an import says
+    s.window.open_chat(other)
+    assert s.window.statusBar().currentMessage() == "exported to chats.md"
+
+
 def test_enter_in_the_search_field_goes_to_the_next_match(qtbot, fake_app):
     s = started(qtbot, fake_app, ("user", "one apple"), ("assistant", "two apple, three apple"))
     window = s.window

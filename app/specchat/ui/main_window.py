@@ -87,6 +87,7 @@ TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text
 EXPORT_LINE_MS = 30_000  # where an export went, or why it could not: long enough to read a path
 EVERYWHERE_WARNING = ("The API server now listens on every network interface: any machine that can reach this one "
                       "can use its models through it.")
+MATCH_LINES = ("match ", "no match in this chat")  # what _show_matches says in the status bar
 FALLBACK_HINT = ("If this keeps happening: a shorter draft, another draft model, or speculation off "
                  "for this chat")
 
@@ -540,10 +541,14 @@ class MainWindow(QMainWindow):
         self.finder.step(forward=False)
 
     def _show_matches(self, current: int, count: int) -> None:
+        """"match 2 of 5 in this chat" while a search is typed; with none, only that line goes (not, say,
+        where an export went)."""
         if not self.finder.words:
-            self.statusBar().clearMessage()
+            if self.statusBar().currentMessage().startswith(MATCH_LINES):
+                self.statusBar().clearMessage()
         elif count:
-            self.statusBar().showMessage(f"match {current} of {count} in this chat (F3 next, Shift+F3 previous)")
+            self.statusBar().showMessage(f"match {current} of {count} in this chat (F3 next, Shift+F3 previous)",
+                                         EXPORT_LINE_MS)
         else:
             self.statusBar().showMessage("no match in this chat's messages", 10_000)
 
