@@ -148,6 +148,7 @@ def render(out: Path, width: int, height: int) -> None:
         detail.save(str(out / f"screenshot-copied-detail-{width}x{height}-{theme}.png"), "PNG", 0)
 
         # Models → Import GGUF files…: what was added, and what was skipped and why
+        window.statusBar().clearMessage()  # the copy's line: not this picture's
         folder = root / "Downloads"
         folder.mkdir()
         files = [write_gguf(folder / "qwen2.5-7b-instruct-q4_k_m.gguf", n_tensors=3),
