@@ -41,7 +41,7 @@ def test_the_fixture_is_a_schema_1_file():
 
 def test_a_v1_answer_keeps_its_counts_and_figures(v1_path):
     with open_store(v1_path) as s:
-        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert s.connection.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 7
         prime = by_title(s)["Prime numbers"]
         system, question, answer, question2, stopped = s.messages(prime.id)
         assert (system.role, question.role, answer.role) == ("system", "user", "assistant")
@@ -126,7 +126,8 @@ def test_search_still_works_on_a_migrated_file(v1_path, fts):
 
 
 def rows(conn: sqlite3.Connection, table: str) -> list[tuple]:
-    columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[1] != "trashed_at"]
+    # the columns later versions add (the trash's, task_runs.busy of version 7): NULL in every older row
+    columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[1] not in ("trashed_at", "busy")]
     return [tuple(r) for r in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid")]
 
 
@@ -205,3 +206,22 @@ def test_the_sampling_of_a_v1_chat_reads_into_the_one_sampling_type(v1_path):
                    "system_prompt", "target", "task", "temperature", "top_k", "top_p"}
     old_reader = ChatSettings.from_json(json.dumps({k: v for k, v in doc.items() if k in known_to_v1}))
     assert old_reader.sampling == SamplingSettings(temperature=0.8, top_k=20)
+
+
+def test_a_schema_6_file_gets_the_busy_verdict_and_its_runs_count_as_not_judged(v1_path):
+    """Version 7: each task run keeps the machine's verdict; the runs stored before have none (NULL) and
+    stay in every figure, exactly as before."""
+    conn = sqlite3.connect(v1_path, isolation_level=None)
+    try:
+        assert migrate(conn, {v: MIGRATIONS[v] for v in range(1, 7)}) == 6
+        runs = conn.execute("SELECT count(*) FROM task_runs").fetchone()[0]
+    finally:
+        conn.close()
+    with open_store(v1_path) as s:
+        before = task_table(s)
+    assert runs and before
+    with open_store(v1_path) as s:
+        assert schema_version(s.connection) == 7
+        assert s.connection.execute("SELECT count(*) FROM task_runs WHERE busy IS NULL").fetchone()[0] == runs
+        after = task_table(s)
+    assert after == before and all(r.busy_runs == 0 for r in after)

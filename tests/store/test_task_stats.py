@@ -220,3 +220,29 @@ def test_a_multiplier_rests_on_three_runs_a_side_and_two_targets_never_pool(stor
     assert (two.plain_answers, two.speculative_answers, two.multiplier) == (3, 2, None)
     answer(store, big, tokens=11, decode_s=1.0, mode="draft", drafted=8, accepted=8)
     assert rows_by_tag(store, target="/m/big.gguf")["code"].multiplier == pytest.approx(2.0)
+
+
+def test_runs_measured_on_a_busy_machine_are_left_out_of_the_figures_and_counted(store):
+    """Issue 38: a run keeps the machine's verdict; the multiplier rests on the quiet (and the not judged) ones."""
+    chat = store.create_chat("c", ChatSettings(task="code", target="/m/t.gguf", speculation="draft"))
+
+    def run(mode, tok_s, busy):
+        writer = store.answer_writer(store.start_answer(chat.id))
+        writer.append("text")
+        writer.finish("done", MessageStats(Counts.of_answer(101, 100 / tok_s), mode=mode, busy=busy,
+                                           busy_why="other work kept 1.6 of 2 cores busy" if busy else ""))
+
+    for busy in (False, None, False):  # quiet, not judged (an older SpecChat), quiet: 10 tok/s
+        run("baseline", 10.0, busy)
+        run("draft", 20.0, busy)
+    for _ in range(3):  # other work on the cores: the plain runs crawl, the speculative ones crawl less
+        run("baseline", 2.0, True)
+    run("draft", 3.0, True)
+    row = rows_by_tag(store)["code"]
+    assert (row.plain_answers, row.speculative_answers, row.busy_runs) == (3, 3, 4)
+    assert row.plain_tok_s == pytest.approx(10.0) and row.multiplier == pytest.approx(2.0)
+    # a pair's plain reference leaves them out too
+    spec = [m for m in store.messages(chat.id) if m.role == "assistant"][1]
+    assert plain_reference(store, spec.id).rates == pytest.approx((10.0, 10.0, 10.0))
+    stored = store.connection.execute("SELECT busy, count(*) FROM task_runs GROUP BY busy ORDER BY busy").fetchall()
+    assert [tuple(r) for r in stored] == [(None, 2), (0, 4), (1, 4)]

@@ -283,4 +283,10 @@ _V6: list[Step] = [
     END""",
 ]
 
-MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+# Version 7 ("busy", issue 38): each task run keeps the machine's verdict while it was measured
+# (engine/contention.py): 1 busy, 0 quiet, NULL not judged (every run stored before, a server's).  The task
+# table and a pair's plain reference leave the busy runs out (and the table says how many); a value that is
+# not 0 or 1 reads as not judged.
+_V7: list[Step] = ["ALTER TABLE task_runs ADD COLUMN busy INTEGER"]
+
+MIGRATIONS: dict[int, Migration] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}

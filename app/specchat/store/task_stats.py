@@ -12,6 +12,11 @@ Plain means mode "baseline" (schema 1 also wrote "off"; the migration renamed it
 every other mode (draft, lookup, auto) counts as speculative.  Rows outlive their chats:
 they describe the machine and the models, not the conversation.
 
+Each run keeps the machine's verdict while it was measured (``busy``: 1 busy, 0 quiet, NULL not
+judged, every run from before schema 7; :mod:`specchat.engine.contention` judges).  A busy run's timings
+are other work's as much as the models': the table's figures and a pair's plain reference leave it out,
+and the table says how many it left out (:attr:`TaskRow.busy_runs`).
+
 Versions (regenerate, edit: chats.py) neither copy nor drop rows: an answer paged away keeps
 its message id and its one row, so it counts once, shown or not, in the table and in its pair's
 plain reference (it measured the machine as truly as the answer that replaced it).
@@ -71,6 +76,12 @@ def _valid_run(alias: str = "", *, run: bool = True) -> str:
 
 
 VALID_RUN = _valid_run()
+def _busy(alias: str = "") -> str:
+    """SQL that is true for a run measured on a busy machine (NULL, 0, or anything else: counted)."""
+    return f"({alias}busy IS 1)"
+
+
+BUSY = _busy()
 
 
 def _storable(c: Counts) -> bool:
@@ -102,6 +113,7 @@ class TaskRow:
     speculative: Counts  # the speculative answers' counts, summed
     phases: PhaseSplit = PhaseSplit()  # the speculative answers' rounds in and after a reasoning block
     target: str | None = None  # the target model file (speeds of two targets never pool)
+    busy_runs: int = 0  # runs of this tag and target measured on a busy machine: left out of every figure
 
     @property
     def answers(self) -> int:
@@ -196,7 +208,7 @@ def _plain_runs(conn: sqlite3.Connection, target: str, draft: str | None, at: fl
     deleted, the app closed) measured a part of an answer and is left out, as the panel leaves it out."""
     columns = ", ".join(COUNT_FIELDS)
     runs = conn.execute(
-        f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ? AND {VALID_RUN}"
+        f"SELECT {columns} FROM task_runs WHERE mode = ? AND target = ? AND draft IS ? AND {VALID_RUN} AND NOT {BUSY}"
         " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = task_runs.message_id AND m.state = 'stopped')"
         " ORDER BY abs(created_at - ?), id DESC LIMIT ?",
         (PLAIN_MODE, target, draft, at, PLAIN_RUNS)).fetchall()
@@ -215,7 +227,8 @@ def record_run(
     draft: Path | str | None = None,
     created_at: float,
 ) -> bool:
-    """Add one answer's counts (inside the caller's transaction); False if unmeasurable.
+    """Add one answer's counts (inside the caller's transaction), with the machine's verdict on it
+    (``stats.busy``); False if unmeasurable.
 
     An answer without a decode phase (fewer than two tokens, or no decode time) has no
     decode speed, and would only dilute the totals.
@@ -230,10 +243,11 @@ def record_run(
     columns = ", ".join(COUNT_FIELDS)
     marks = ", ".join("?" * len(COUNT_FIELDS))
     conn.execute(
-        f"INSERT INTO task_runs (message_id, tag, mode, target, draft, created_at, {columns})"
-        f" VALUES (?, ?, ?, ?, ?, ?, {marks})",
+        f"INSERT INTO task_runs (message_id, tag, mode, target, draft, created_at, busy, {columns})"
+        f" VALUES (?, ?, ?, ?, ?, ?, ?, {marks})",
         (message_id, tag, normalize_mode(stats.mode) or PLAIN_MODE, str(target) if target else None,
-         str(draft) if draft else None, created_at, *(getattr(counts, f) for f in COUNT_FIELDS)),
+         str(draft) if draft else None, created_at, None if stats.busy is None else int(stats.busy),
+         *(getattr(counts, f) for f in COUNT_FIELDS)),
     )
     if stats.phases.has_reasoning:
         run_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
@@ -248,20 +262,28 @@ def task_table(store: _Database, *, target: Path | str | None = None) -> list[Ta
     user's; within a tag, targets by name.
 
     Speeds measured with different target models are not comparable, so they are never pooled;
-    ``target`` keeps the rows of one model.
+    ``target`` keeps the rows of one model.  Runs measured on a busy machine are left out of the figures
+    and counted (:attr:`TaskRow.busy_runs`).
     """
     sums = ", ".join(f"sum({f}) AS {f}" for f in COUNT_FIELDS)
-    sql = f"SELECT tag, target, mode = ? AS plain, count(*) AS answers, {sums} FROM task_runs WHERE {VALID_RUN}"
+    sql = (f"SELECT tag, target, mode = ? AS plain, {BUSY} AS is_busy, count(*) AS answers, {sums}"
+           f" FROM task_runs WHERE {VALID_RUN}")
     params: list[object] = [PLAIN_MODE]
     if target is not None:
         sql += " AND target = ?"
         params.append(str(target))
-    sql += " GROUP BY tag, target, plain"
+    sql += " GROUP BY tag, target, plain, is_busy"
     groups: dict[tuple[str, str | None], dict[bool, tuple[int, Counts]]] = {}
+    busy: dict[tuple[str, str | None], int] = {}
     _say_skipped(store.connection)
     for row in store.connection.execute(sql, params).fetchall():
+        key = (row["tag"], row["target"])
+        if row["is_busy"]:
+            busy[key] = busy.get(key, 0) + row["answers"]
+            groups.setdefault(key, {})
+            continue
         counts = Counts.from_dict({f: row[f] for f in COUNT_FIELDS})
-        groups.setdefault((row["tag"], row["target"]), {})[bool(row["plain"])] = (row["answers"], counts)
+        groups.setdefault(key, {})[bool(row["plain"])] = (row["answers"], counts)
 
     def order(key: tuple[str, str | None]) -> tuple[int, str, str]:
         tag, model = key
@@ -274,7 +296,8 @@ def task_table(store: _Database, *, target: Path | str | None = None) -> list[Ta
     for key in sorted(groups, key=order):
         (n_plain, plain), (n_spec, spec) = groups[key].get(True, none), groups[key].get(False, none)
         table.append(TaskRow(tag=key[0], plain_answers=n_plain, speculative_answers=n_spec, plain=plain,
-                             speculative=spec, phases=phases.get(key, PhaseSplit()), target=key[1]))
+                             speculative=spec, phases=phases.get(key, PhaseSplit()), target=key[1],
+                             busy_runs=busy.get(key, 0)))
     return table
 
 
@@ -283,7 +306,7 @@ def _phases(store: _Database, target: list[object]) -> dict[tuple[str, str | Non
     sums = ", ".join(f"sum(p.{f}) AS {f}" for f in COUNT_FIELDS)
     sql = (f"SELECT r.tag AS tag, r.target AS target, p.phase AS phase, {sums}"
            " FROM task_phase_runs p JOIN task_runs r ON r.id = p.run_id"
-           f" WHERE r.mode != ? AND {_valid_run('r.')} AND {_valid_run('p.', run=False)}"
+           f" WHERE r.mode != ? AND {_valid_run('r.')} AND {_valid_run('p.', run=False)} AND NOT {_busy('r.')}"
            + (" AND r.target = ?" if target else "") + " GROUP BY r.tag, r.target, p.phase")
     out: dict[tuple[str, str | None], PhaseSplit] = {}
     for row in store.connection.execute(sql, [PLAIN_MODE, *target]).fetchall():

@@ -26,8 +26,23 @@ def _phase_cell(c: Counts) -> str:
     return f"{_pct(c.token_acceptance)} · {'–' if c.decode_tok_s is None else f'{c.decode_tok_s:.1f}'} tok/s"
 
 
+def busy_text(runs: int) -> str:
+    """"3 runs left out: machine busy" ("" for none): runs whose timings other work made up."""
+    return f"{runs} run{'s' if runs != 1 else ''} left out: machine busy" if runs else ""
+
+
 def _multiplier_cell(r: TaskRow) -> tuple[str, str]:
-    """The multiplier, or what it still waits for: a figure from fewer runs is noise, never shown."""
+    """The multiplier, or what it still waits for: a figure from fewer runs is noise, never shown.  Runs
+    measured on a busy machine are not in it, and the cell says how many were left out."""
+    text, why = _multiplier_figure(r)
+    if r.busy_runs:
+        text += f" ({busy_text(r.busy_runs)})"
+        why = (f"{why}. " if why else "") + (f"{busy_text(r.busy_runs)}: other work on the cores while they "
+                                             "were measured makes their timings the machine's, not the models'.")
+    return text, why
+
+
+def _multiplier_figure(r: TaskRow) -> tuple[str, str]:
     if r.multiplier is not None:
         return f"{r.multiplier:.2f}×", f"{r.speculative_answers} speculative over {r.plain_answers} plain answers"
     missing = [runs_phrase(n, side) for side, n in
@@ -52,7 +67,7 @@ class TaskTableDialog(QDialog):
                       f"{MIN_PLAIN_RUNS} or more answers of the same task and model with speculation off and as "
                       "many with it on (tag a chat in Chat settings…). The last two columns split the "
                       "speculative answers that reasoned: token acceptance and tok/s inside the reasoning "
-                      "block and after it.")
+                      "block and after it. Answers measured while other work kept the machine busy are left out.")
         note.setWordWrap(True)
         v.addWidget(note)
         rows = task_table(store)
