@@ -61,6 +61,20 @@ def test_too_few_answers_on_a_side_measure_that_side():
     assert not auto.choose("json", [], running=False).on  # a tie keeps what runs: no restart spent on it
 
 
+def test_measuring_a_task_costs_one_restart_not_one_per_answer():
+    auto, samples, running, restarts = ServerAuto(DRAFTER), [], True, 0
+    for _ in range(2 * MIN_ANSWERS):
+        choice = auto.choose("code", samples, running)
+        assert choice.explore
+        restarts += choice.on != running
+        running = choice.on
+        samples.append(answer(running, 12.0 if running else 10.0))
+    assert restarts == 1  # three answers with the drafter, then three without
+    assert [s.on for s in samples] == [True] * MIN_ANSWERS + [False] * MIN_ANSWERS
+    decided = auto.choose("code", samples, running)
+    assert decided.on and not decided.explore and "1.20x plain over 6 answers" in decided.why
+
+
 def test_within_the_margin_what_runs_stays():
     auto = ServerAuto(DRAFTER)
     near = measured(10.3, 10.0)
@@ -97,3 +111,16 @@ def test_stored_runs_of_the_managed_server_become_samples():
     c = Counts.of_answer(5, 1.0)
     got = samples_of([(ON_MODE, c), (OFF_MODE, c), ("auto", c), ("baseline", c)])
     assert got == ((True, c), (False, c))  # a local pair's runs are not this server's
+
+
+def test_a_long_restart_makes_the_looks_back_rarer():
+    """Each look at the other side costs two restarts: with a 30 s restart beside 10 s answers, looking once in
+    ten answers would spend 60 s per 83 s of answers; it looks once in 144 (two restarts within 5%)."""
+    rates = measured(15.0, 10.0)  # 100 tokens at 15 and 10 tok/s: answers of 6.7 and 10 s, 8.3 s on average
+    auto = ServerAuto(DRAFTER)
+    cheap = [auto.choose("code", rates, running=True, restart_s=0.5).explore for _ in range(2 * EXPLORE_EVERY)]
+    assert sum(cheap) == 2  # a restart of half a second: as often as EXPLORE_EVERY says
+    auto = ServerAuto(DRAFTER)
+    dear = [auto.choose("code", rates, running=True, restart_s=30.0) for _ in range(200)]
+    looks = [i for i, c in enumerate(dear) if c.explore]
+    assert looks == [144 - 1]  # ceil(2 * 30 / (0.05 * 8.33)) = 144 answers between looks

@@ -11,6 +11,7 @@ are the local backend's events: ``Started``, then the stream with its text split
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,6 +95,7 @@ class RemoteBackend:
         self.auto = ServerAuto(f"llama-server's {spec.spec_type}") if self._spec is not None and spec else None
         self._samples: dict[str, list[Sample]] = {}  # per task, this backend's own answers (no store given)
         self._lost = ""  # why the managed server is gone (a switch that did not start again): every answer says it
+        self._restart_s: float | None = None  # how long the last switch took (auto weighs its looks by it)
 
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
@@ -158,6 +160,7 @@ class RemoteBackend:
         spec, old = self._spec, self._process
         if spec is None or old is None:
             raise ServerError(self._lost or "the managed llama-server is not running: load the chat's pair again")
+        began = time.monotonic()
         self.client.close()
         old.stop()
         self._process = None
@@ -180,24 +183,28 @@ class RemoteBackend:
                 raise ServerError(self._lost) from None
             raise
         self.client, self.caps, self._process = client, caps, process
+        self._restart_s = time.monotonic() - began
 
-    def _auto_choice(self, request: AnswerRequest) -> Choice | None:
-        """Under ``auto`` on a managed llama-server with a drafter: on or off for this answer, the server
-        switched to it; under draft or lookup, the drafter back on if auto had turned it off."""
+    def _auto_choice(self, request: AnswerRequest) -> tuple[Choice | None, bool | None]:
+        """Under ``auto`` on a managed llama-server with a drafter: on or off for this answer, and the side
+        the server must be switched to first (None: it runs the right one); under draft or lookup, the
+        drafter back on if auto had turned it off."""
         if self.auto is None:
-            return None
+            return None, None
         running = bool(self.caps.speculative)
-        if request.mode is Mode.AUTO:
-            samples = ([Sample(on, c) for on, c in request.measured] if request.measured
-                       else self._samples.get(request.task, []))
-            choice = self.auto.choose(request.task, samples, running)
-        else:  # draft or lookup: the drafter, back on if auto had turned it off; baseline: as it runs
-            if request.mode is not Mode.BASELINE and not running:
-                self._switch(True)
-            return None
-        if choice.on != running:
-            self._switch(choice.on)
-        return choice
+        if request.mode is not Mode.AUTO:  # draft or lookup: the drafter, back on if off; baseline: as it runs
+            return None, (True if request.mode is not Mode.BASELINE and not running else None)
+        samples = ([Sample(on, c) for on, c in request.measured] if request.measured
+                   else self._samples.get(request.task, []))
+        choice = self.auto.choose(request.task, samples, running, self._restart_s)
+        return choice, (choice.on if choice.on != running else None)
+
+    def _switch_note(self, on: bool, choice: Choice | None) -> Fallback:
+        """What the user reads while the server restarts (seconds for a large model), before the answer."""
+        side = "with its drafter" if on else "without its drafter (plain decoding)"
+        took = f"; the last restart took {self._restart_s:.1f} s" if self._restart_s is not None else ""
+        why = f" ({choice.why})" if choice is not None else ""
+        return Fallback(f"restarting llama-server {side}{why}{took}")
 
     def _learn(self, task: str, on: bool, done: Done) -> None:
         """A finished answer's counts teach its task's rate (this backend's own, for callers with no store)."""
@@ -217,7 +224,10 @@ class RemoteBackend:
         if self._lost:
             raise ServerError(self._lost)
         yield Started(0, False)
-        choice = self._auto_choice(request)
+        choice, switch_to = self._auto_choice(request)
+        if switch_to is not None:
+            yield self._switch_note(switch_to, choice)
+            self._switch(switch_to)
         note = self.baseline_note(request.mode)
         if note is not None:
             yield note
