@@ -8,6 +8,7 @@ from helpers.fakes import FakeModel, FakeSpec
 from helpers.machine import FakeCpu, watch
 from specchat.engine import calibration
 from specchat.engine.contention import (
+    QUIET_WAIT_S,
     CpuReading,
     MachineWatch,
     Verdict,
@@ -17,6 +18,8 @@ from specchat.engine.contention import (
 )
 from specchat.engine.controller import CostModel, DraftController
 from specchat.engine.events import RoundStats
+from specchat.engine.progress import LoadPhase, LoadProgress
+from specchat.engine.runtime import LoadCancelled
 from specchat.engine.settings import ControllerSettings, Mode
 
 
@@ -165,3 +168,60 @@ def test_the_drift_recheck_claims_no_best_case_from_a_busy_calibration():
         events += c.observe(Mode.AUTO, plan, RoundStats(0, "none", 0, 0, 0, 1, 0.0, 0.010, 0.005))
     assert len(events) == 1 and "timed on a busy machine" in events[0].reason
     assert "best case" not in events[0].brief and "no best case claimed" in events[0].reason
+
+
+# -- waiting for a quieter machine before the re-measure (bounded, cancellable, told) ------------------------
+
+class Waiting:
+    """A fake clock and sleep for wait_for_quiet: each stretch slept runs the fake machine with ``hogs``
+    other processes busy for its first ``busy_polls`` stretches, quiet after."""
+
+    def __init__(self, cpu: FakeCpu, busy_polls: int) -> None:
+        self.cpu, self.busy_polls, self.t, self.polls = cpu, busy_polls, 0.0, 0
+        self.steps: list[tuple[float, float]] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.polls += 1
+        self.t += seconds
+        self.cpu.run(seconds, ours=0.0, others=2.0 if self.polls <= self.busy_polls else 0.0)
+
+    def install(self, monkeypatch) -> None:
+        real = calibration.wait_for_quiet
+        monkeypatch.setattr(calibration, "wait_for_quiet",
+                            lambda *a, **kw: real(*a, **kw, sleep=self.sleep, clock=lambda: self.t))
+
+
+def test_a_noisy_calibration_waits_for_a_quieter_machine_says_so_and_then_is_believed(fake, tmp_path, monkeypatch):
+    cpu = FakeCpu()
+    runs = scripted(monkeypatch, cpu, busy_runs=1)
+    wait = Waiting(cpu, busy_polls=2)
+    wait.install(monkeypatch)
+    costs = calibration.calibrate(fake, None, 4, tmp_path / "calibration.json", watch=watch(cpu),
+                                  waiting=lambda done, total: wait.steps.append((done, total)))
+    assert len(runs) == 2 and costs.reliable
+    # it waited until the machine calmed down (the third stretch), and said so after each stretch
+    assert wait.steps == [(0.25, 5.0), (0.5, 5.0), (0.75, 5.0)]
+    assert LoadProgress(LoadPhase.WAITING, "the draft", 0.75, 5.0).text == \
+        "Waiting for a quieter machine to calibrate the draft again: 1 of 5 s"
+
+
+def test_the_wait_is_bounded_then_the_costs_are_measured_again_and_marked(fake, tmp_path, monkeypatch):
+    cpu = FakeCpu()
+    runs = scripted(monkeypatch, cpu, busy_runs=99)
+    wait = Waiting(cpu, busy_polls=10_000)
+    wait.install(monkeypatch)
+    costs = calibration.calibrate(fake, None, 4, tmp_path / "calibration.json", watch=watch(cpu),
+                                  waiting=lambda done, total: wait.steps.append((done, total)))
+    assert len(runs) == 2 and not costs.reliable and "other work kept" in costs.noise
+    assert wait.t == pytest.approx(QUIET_WAIT_S) and wait.steps[-1] == (QUIET_WAIT_S, QUIET_WAIT_S)
+
+
+def test_a_cancel_while_waiting_ends_the_wait_and_the_load_at_once(fake, tmp_path, monkeypatch):
+    cpu = FakeCpu()
+    runs = scripted(monkeypatch, cpu, busy_runs=99)
+    wait = Waiting(cpu, busy_polls=10_000)
+    wait.install(monkeypatch)
+    with pytest.raises(LoadCancelled):
+        calibration.calibrate(fake, None, 4, tmp_path / "calibration.json", lambda: wait.polls >= 2,
+                              watch=watch(cpu))
+    assert wait.polls == 2 and len(runs) == 1  # no stretch after the cancel, and no second measurement

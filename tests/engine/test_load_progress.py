@@ -6,6 +6,7 @@ import pytest
 
 from helpers.fakes import FakeModel, FakeSpec
 from specchat.engine import calibration
+from specchat.engine.contention import QUIET_WAIT_S
 from specchat.engine.pair import PairConfig, SpeculativePair
 from specchat.engine.progress import LoadPhase, LoadProgress, Throttle
 from specchat.engine.runtime import LoadedModel, ModelOptions
@@ -66,9 +67,13 @@ def test_a_real_load_reports_the_weights_then_the_calibration(smollm, tmp_path):
     config = PairConfig(smollm, smollm, ModelOptions(n_ctx=256), calibration_cache=tmp_path / "c.json")
     with SpeculativePair(config, progress=steps.append):
         pass
+    # on a busy machine the calibration waits (bounded) for a quieter one before it measures again
+    waits = [s for s in steps if s.phase is LoadPhase.WAITING]
+    assert all(0 < s.done <= s.total == QUIET_WAIT_S for s in waits)
+    steps = [s for s in steps if s.phase is not LoadPhase.WAITING]
     phases = [s.phase for s in steps]
     assert phases == sorted(phases, key=list(LoadPhase).index)  # target, then draft, then calibrating
-    assert set(phases) == set(LoadPhase)
-    for phase in LoadPhase:
+    assert set(phases) == set(LoadPhase) - {LoadPhase.WAITING}
+    for phase in set(phases):
         done = [s.fraction for s in steps if s.phase is phase]
         assert done == sorted(done) and done[-1] == 1.0

@@ -118,7 +118,7 @@ def open_from_args(args: argparse.Namespace, backend: str = ""):
         if problem:
             raise CliError(f"{problem} (--no-fit-check loads it anyway)")
     try:  # the fit is checked above (or skipped on request): the factory loads the pair as it is
-        opened = backend_factory(SpeculativePair)(config, CancelToken())
+        opened = backend_factory(SpeculativePair)(config, CancelToken(), _say_waiting())
     except IncompatiblePair as exc:
         raise CliError(str(exc), EXIT_INCOMPATIBLE) from None
     except LlamaError as exc:
@@ -129,6 +129,23 @@ def open_from_args(args: argparse.Namespace, backend: str = ""):
         except RegistryError as exc:
             print(f"specchat: note: not remembered as the last pair: {exc}", file=sys.stderr)
     return opened
+
+
+def _say_waiting():
+    """A load's progress sink that says one line on stderr when the calibration waits for a quieter machine
+    (engine/contention.py); the rest of a load goes unsaid in a terminal."""
+    from specchat.engine.progress import LoadPhase, LoadProgress
+
+    told = False
+
+    def sink(step: LoadProgress) -> None:
+        nonlocal told
+        if step.phase is LoadPhase.WAITING and not told:
+            told = True
+            print(f"specchat: the machine is busy: waiting for a quieter machine to calibrate {step.name} again "
+                  f"(up to {step.total:.0f} s)", file=sys.stderr, flush=True)
+
+    return sink
 
 
 def load_pair_from_args(args: argparse.Namespace):

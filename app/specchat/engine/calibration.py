@@ -15,7 +15,8 @@ once keep each other's entries; a cache that cannot be written costs a re-measur
 Timings taken on a busy machine are judged (:mod:`.contention`, when the caller passes a
 ``watch``): other work on the cores or stolen CPU time while measuring, a verify curve that
 falls as the batch grows, or repeats that disagree make the costs noisy.  Noisy costs are
-measured once more; still noisy, they are used but marked (``CostModel.noise``: no claim is
+measured once more, after waiting a bounded time for a quieter machine (:func:`.contention.wait_for_quiet`,
+up to :data:`~.contention.QUIET_WAIT_S`, told through ``waiting`` and cancelled as the load is); still noisy, they are used but marked (``CostModel.noise``: no claim is
 made from them) and never cached, so the next load measures again.
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from specchat import files
 
-from .contention import MachineWatch, timings_verdict
+from .contention import QUIET_WAIT_S, MachineWatch, timings_verdict, wait_for_quiet
 from .controller import CostModel
 from .runtime import LoadCancelled, LoadedModel
 from .shapes import CALLS_PER_CHANGE, RECAPTURE_S
@@ -146,17 +147,28 @@ def cache_key(target: LoadedModel, draft: LoadedModel | None) -> str:
 def calibrate(target: LoadedModel, draft: LoadedModel | None, k_max: int, cache_file: Path | None,
               cancelled: Callable[[], bool] | None = None,
               progress: Callable[[float, float], None] | None = None,
-              watch: MachineWatch | None = None) -> CostModel:
+              watch: MachineWatch | None = None,
+              waiting: Callable[[float, float], None] | None = None,
+              quiet_wait_s: float = QUIET_WAIT_S) -> CostModel:
     """Costs from the cache when this exact setup was measured before (no progress then), else
-    measured now.  With a ``watch``, noisy timings are measured once more; still noisy, they
-    are returned marked (``noise``) and not cached."""
+    measured now.  With a ``watch``, noisy timings are measured once more, after waiting up to
+    ``quiet_wait_s`` for a quieter machine (``waiting(seconds, quiet_wait_s)`` hears the wait;
+    ``cancelled`` ends it: :class:`LoadCancelled`); still noisy, they are returned marked
+    (``noise``) and not cached."""
     key = cache_key(target, draft)
     hit = None
     if cache_file is not None:
         hit = cached_costs(cache_file, key, k_max)
     costs = hit if hit is not None else measure(target, draft, k_max, cancelled, progress, watch)
-    if hit is None and costs.noise:
-        # once more: a burst may have passed (its decodes are not counted again: the line stays at n of n)
+    if hit is None and costs.noise and watch is not None:
+        # once more, on a quieter machine if one comes soon: a burst may pass (bounded: the load goes on
+        # after quiet_wait_s whatever the machine does; its decodes are not counted again: n of n stays)
+        wait_for_quiet(watch, max_s=quiet_wait_s, cancelled=cancelled, progress=waiting)
+        if cancelled is not None and cancelled():
+            raise LoadCancelled("calibration was cancelled")
+        if progress is not None:  # the line is the calibration's again while it measures once more
+            total = timed_decodes(k_max, shape_sensitive=target.shape_sensitive, draft=draft is not None)
+            progress(total, total)
         costs = measure(target, draft, k_max, cancelled, None, watch)
     if hit is None and cache_file is not None and not costs.noise:
         store_costs(cache_file, key, costs)

@@ -15,8 +15,9 @@ say a timing is noisy, and this module words both:
   as the batch grows, or repeats of one decode that disagree by more than :data:`REPEAT_SPREAD`,
   are noisy by construction, whatever the machine says.
 
-A :class:`Verdict` is ``busy`` with a few words of why, or quiet.  The calibration re-measures once
-and then marks its costs unreliable, the controller makes no "best case" claim from unreliable
+A :class:`Verdict` is ``busy`` with a few words of why, or quiet.  The calibration waits a bounded
+time for a quieter machine (:func:`wait_for_quiet`: up to :data:`QUIET_WAIT_S`, cancellable, told as
+"waiting for a quieter machine"), re-measures once and then marks its costs unreliable, the controller makes no "best case" claim from unreliable
 costs, the telemetry recorder learns no plain rate from a busy answer, and the panel says "machine
 busy: figures paused" (:data:`PAUSED`).  Qt-free; the readings are injectable (``read``, ``clock``)
 so the logic is tested with fake ones, never with real contention.
@@ -31,14 +32,16 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["PAUSED", "CURVE_SLACK", "REPEAT_SPREAD", "STEAL_BUSY", "CpuReading", "MachineWatch", "Verdict",
-           "curve_noise", "repeat_noise", "timings_verdict"]
+__all__ = ["PAUSED", "CURVE_SLACK", "QUIET_WAIT_S", "REPEAT_SPREAD", "STEAL_BUSY", "CpuReading", "MachineWatch",
+           "Verdict", "curve_noise", "repeat_noise", "timings_verdict", "wait_for_quiet"]
 
 PAUSED = "machine busy: figures paused"  # the panel's words while the newest verdict is busy
 STEAL_BUSY = 0.10  # a tenth of the CPU time stolen by the hypervisor
 OTHERS_MIN_CORES = 0.5  # other work using half a core beyond what the cores we leave free absorb
 CURVE_SLACK = 0.10  # a bigger batch timed more than 10% cheaper than a smaller one is noise
 REPEAT_SPREAD = 1.5  # repeats of one decode whose slowest is 1.5x their fastest disagree
+QUIET_WAIT_S = 5.0  # the longest a noisy calibration waits for a quieter machine before it measures again
+QUIET_POLL_S = 0.25  # the stretch judged at a time while waiting (and how soon a cancel is heard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +157,28 @@ def timings_verdict(verify_s: Mapping[int, float], repeats: Mapping[int, Sequenc
     """The timings' own verdict: a falling curve or disagreeing repeats are noise."""
     why = curve_noise(verify_s) or repeat_noise(repeats)
     return Verdict.noisy(why) if why else Verdict.quiet()
+
+
+def wait_for_quiet(watch: MachineWatch, *, max_s: float = QUIET_WAIT_S, cancelled: Callable[[], bool] | None = None,
+                   progress: Callable[[float, float], None] | None = None, poll_s: float = QUIET_POLL_S,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> Verdict:
+    """Wait, at most ``max_s`` seconds, for a stretch of ``poll_s`` that ``watch`` judges quiet; the verdict
+    of the last stretch judged (quiet: the machine calmed down; busy: the time ran out).
+
+    Bounded and cancellable: ``cancelled`` is asked before each stretch, and a True returns at once
+    (the caller gives up: a close or a Stop never waits here longer than one stretch).  ``progress(waited,
+    max_s)`` is told after each stretch ("waiting for a quieter machine").  ``sleep`` and ``clock`` are
+    injectable, so the waiting is tested without waiting."""
+    start = clock()
+    verdict = Verdict.quiet()
+    while cancelled is None or not cancelled():
+        mark = watch.mark()
+        sleep(poll_s)
+        verdict = watch.judge(mark)
+        waited = clock() - start
+        if progress is not None:
+            progress(min(waited, max_s), max_s)
+        if not verdict.busy or waited >= max_s:
+            break
+    return verdict

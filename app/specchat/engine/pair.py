@@ -99,7 +99,8 @@ class SpeculativePair:
             what = "the draft" if self.draft is not None else Path(config.target).name
             costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled,
                               report(progress, LoadPhase.CALIBRATING, what),
-                              MachineWatch(ours=self.target.n_threads))  # a busy machine's timings are judged
+                              MachineWatch(ours=self.target.n_threads),  # a busy machine's timings are judged
+                              report(progress, LoadPhase.WAITING, what))  # waiting for a quieter machine
             self._assemble(costs, chat_format)
         except BaseException:
             self.close()

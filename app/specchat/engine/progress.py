@@ -20,6 +20,7 @@ class LoadPhase(StrEnum):
     TARGET = "loading target"
     DRAFT = "loading draft"
     CALIBRATING = "calibrating"
+    WAITING = "waiting for a quieter machine"  # a noisy calibration, before it measures again (engine/contention.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class LoadProgress:
     @property
     def text(self) -> str:
         """One line for the window: "Loading Qwen2.5-7B.gguf… 43%", "Calibrating the draft: 5 of 12"."""
+        if self.phase is LoadPhase.WAITING:
+            return (f"Waiting for a quieter machine to calibrate {self.name} again: "
+                    f"{self.done:.0f} of {self.total:.0f} s")
         if self.phase is LoadPhase.CALIBRATING:
             return f"Calibrating {self.name}: {int(self.done)} of {int(self.total)} timed decodes"
         return f"Loading {self.name}… {self.fraction:.0%}"
