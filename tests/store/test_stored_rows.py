@@ -179,7 +179,8 @@ SETTINGS_KEYS = sorted({f.name for f in fields(ChatSettings)} - {"sampling"}
                        | {f.name for f in fields(ChatSettings().sampling.__class__)} - {"structured"}
                        | {"structured_kind", "structured_text", "from_a_newer_version"})
 STATS_KEYS = ["counts", "mode", "stop_reason", "fallbacks", "error", "phases", "structured", "drafters", "notes",
-              "n_ctx", "left_out", "left_out_span", "busy", "busy_why", "from_a_newer_version"]
+              "n_ctx", "left_out", "left_out_span", "busy", "busy_why", "past_context",
+              "from_a_newer_version"]
 SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-(1 << 70), max_value=1 << 70)
            | st.floats() | st.text(max_size=20) | st.sampled_from(["json_schema", "grammar", "draft", "off"]))
 VALUES = st.recursive(SCALARS, lambda kids: st.lists(kids, max_size=4)

@@ -39,6 +39,11 @@ def test_the_context_error_names_the_setting_and_one_click_switches_the_chat_and
     assert "“Past the context” is “Stop at the limit”" in text and f"the context holds {N_CTX}" in text
     links = _links(pane.notice)
     assert set(links) == {"Use “Rolling window” for this chat", "Chat settings… → Past the context"}
+    other = s.window.commands.new_chat(s.store.get_chat(chat).settings).id  # away and back: offered again
+    s.window.open_chat(other)
+    assert not pane.notice.isVisible()
+    s.window.open_chat(chat)
+    assert _links(pane.notice) == links and "“Past the context” is “Stop at the limit”" in pane.notice.text()
 
     opened = []  # the window opens Chat settings… at "Past the context" (the dialog, not run modal here)
     monkeypatch.setattr(ChatSettingsDialog, "exec", lambda dialog: opened.append(dialog.focusWidget()) or 0)
@@ -55,7 +60,9 @@ def test_the_context_error_names_the_setting_and_one_click_switches_the_chat_and
 
     app.stop()  # and it stays so
     s = app.start(qtbot)
+    s.window.open_chat(chat)
     assert s.store.get_chat(chat).settings.context_policy == "rolling_window"
+    assert not _links(s.window.pane.notice)  # nothing left to remedy
 
 
 def test_the_remedy_is_offered_only_where_it_helps(qtbot, fake_app):

@@ -111,6 +111,7 @@ class LiveAnswer:
         self.sent_ids: tuple[int | None, ...] = ()  # the stored id of each message of its request (None: the system prompt)
         self.left_out_span: tuple[int, int] | None = None  # the first and last stored id its policy did not send
         self.prompt_tokens = 0  # the prompt's tokens, as the backend's Started said
+        self.past_context = False  # its error: the prompt outgrew the context under "Stop at the limit"
         self.counts = Counts()  # its rounds so far (the engine's RoundStats, as the telemetry panel adds them)
         self.fallback_warned = False  # the engine warned that too many of its rounds fell back
 
@@ -541,6 +542,7 @@ class AnswerService(QObject):
             n_ctx = self.pair_info.n_ctx if self.pair_info is not None else 0
             past = (ContextPolicy(live.settings.context_policy) is ContextPolicy.STOP and n_ctx > 0
                     and live.prompt_tokens + 1 > n_ctx)  # the backend's own test of a prompt that cannot fit
+            live.past_context = live.past_context or past
             self.notice.emit(AnswerNotice(live.chat_id, ev.message, error=True, past_context=past))
         elif isinstance(ev, Done):
             self._finish(live, ev)
@@ -562,7 +564,8 @@ class AnswerService(QObject):
                                              error=done.message if state == "error" else "")
         # the context it ran in and what its policy left out: the footer's "context N / n_ctx"
         stats = replace(stats, n_ctx=self.pair_info.n_ctx if self.pair_info is not None else 0,
-                        left_out=live.left_out, left_out_span=live.left_out_span)
+                        left_out=live.left_out, left_out_span=live.left_out_span,
+                        past_context=live.past_context and state == "error")
         if self.recorder is not None and self.recorder.machine is not None:
             # the verdict the recorder just gave this answer (it heard the Done first): the task table
             # leaves a run measured on a busy machine out of its multipliers

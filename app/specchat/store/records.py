@@ -311,6 +311,7 @@ class MessageStats(CountsView):
     # judged (an older answer, a server's); a busy run's figures are left out of the task table
     busy: bool | None = None
     busy_why: str = ""  # what made it busy, in a few words
+    past_context: bool = False  # the error was a prompt past the context under "Stop at the limit" (its remedy is offered)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -342,6 +343,8 @@ class MessageStats(CountsView):
             doc["busy"] = self.busy
         if self.busy_why:
             doc["busy_why"] = self.busy_why
+        if self.past_context:
+            doc["past_context"] = True
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -400,6 +403,7 @@ _STATS_KEYS: dict[str, Callable[[Any], object]] = {
     "counts": Counts.from_dict, "mode": _text, "stop_reason": _text, "fallbacks": _texts, "error": _text,
     "phases": PhaseSplit.from_dict, "structured": _text, "drafters": _drafter_rows, "notes": _texts,
     "n_ctx": _count, "left_out": _count, "left_out_span": _id_span, "busy": _flag, "busy_why": _text,
+    "past_context": _flag,
 }
 
 

@@ -213,6 +213,7 @@ class ChatPane(QWidget):
         if live is not None:
             self._paint_live(live)
         self._mark_not_sent()
+        self._offer_remedy()
         self.show_settings(self.settings())
         self.update_buttons()
 
@@ -488,11 +489,24 @@ class ChatPane(QWidget):
         if notice.warning and live is not None:
             self._show_fallback(live.counts, live.warning_share)  # kept current as the answer goes on (_paint_live)
         elif notice.past_context:  # the remedy in place: the setting it names, one click away
-            self.show_notice(notice.text, error=True, links=(
-                (f"policy:{REMEDY.value}", f"Use “{policy_label(REMEDY)}” for this chat"),
-                ("settings:context_policy", f"Chat settings… → {SETTING}")))
+            self._show_remedy(notice.text)
         else:
             self.show_notice(notice.text, error=notice.error)
+
+    def _show_remedy(self, text: str) -> None:
+        self.show_notice(text, error=True, links=(
+            (f"policy:{REMEDY.value}", f"Use “{policy_label(REMEDY)}” for this chat"),
+            ("settings:context_policy", f"Chat settings… → {SETTING}")))
+
+    def _offer_remedy(self) -> None:
+        """A chat shown again whose last answer failed past the context, still under "Stop at the limit":
+        its error line and remedy again (from the stored answer), until the policy or the chat moves on."""
+        if self.chat_id is None or self.settings().context_policy != ContextPolicy.STOP.value:
+            return
+        messages = self.store.messages(self.chat_id)
+        last = messages[-1] if messages else None
+        if last is not None and last.role == "assistant" and last.stats is not None and last.stats.past_context:
+            self._show_remedy(last.stats.error)
 
     def _on_notice_link(self, href: str) -> None:
         if href.startswith("policy:") and self.chat_id is not None:
