@@ -74,6 +74,8 @@ def vs_plain(stats: MessageStats, reference: PlainReference | None) -> str:
     """"1.42x vs plain (5 plain runs, 1.30-1.51x)", or what is missing for one."""
     if reference is None or stats.mode == PLAIN_MODE:
         return ""
+    if stats.busy:  # its own rate was measured beside other work: no multiplier claimed from it
+        return "vs plain: not claimed (this answer ran on a busy machine)"
     x = reference.multiplier(stats.counts.decode_tok_s)
     spread = reference.spread(stats.counts.decode_tok_s)
     if x is None or spread is None:

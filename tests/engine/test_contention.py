@@ -225,3 +225,15 @@ def test_a_cancel_while_waiting_ends_the_wait_and_the_load_at_once(fake, tmp_pat
         calibration.calibrate(fake, None, 4, tmp_path / "calibration.json", lambda: wait.polls >= 2,
                               watch=watch(cpu))
     assert wait.polls == 2 and len(runs) == 1  # no stretch after the cancel, and no second measurement
+
+
+def test_a_machine_vouched_quiet_is_not_read_and_judged_quiet(monkeypatch):
+    """SPECCHAT_ASSUME_QUIET (the test suite sets it: its load is its own) skips the counters; unset, the judge
+    reads this machine."""
+    from specchat.engine.contention import ASSUME_QUIET_ENV
+
+    monkeypatch.setenv(ASSUME_QUIET_ENV, "1")
+    vouched = MachineWatch()
+    assert vouched.mark() is None and not vouched.judge(vouched.mark()).busy
+    monkeypatch.delenv(ASSUME_QUIET_ENV)
+    assert MachineWatch().mark() is not None  # psutil's counters of this machine

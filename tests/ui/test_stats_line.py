@@ -59,6 +59,15 @@ def test_the_multiplier_says_how_many_plain_runs_it_rests_on_and_their_spread() 
     assert "1.75x vs plain (4 plain runs, 1.00–2.00x)" in text
 
 
+def test_an_answer_measured_on_a_busy_machine_claims_no_multiplier() -> None:
+    busy = MessageStats(SPEC, mode="draft", stop_reason="eog", drafters=(("model", 180, 120),), busy=True,
+                        busy_why="other work kept 1.7 of 2 cores busy")
+    text = stats_line(busy, "done", plain(25.0, 25.0, 50.0, 25.0))
+    assert "vs plain: not claimed (this answer ran on a busy machine)" in text and "x vs plain" not in text
+    quiet = stats_line(MessageStats(SPEC, mode="draft", stop_reason="eog", busy=False), "done", plain(25.0, 25.0, 25.0))
+    assert "2.00x vs plain" in quiet
+
+
 def test_a_plain_answer_has_no_multiplier_and_says_it_ran_plain() -> None:
     text = stats_line(MessageStats(Counts.of_answer(101, 2.0), mode="baseline", stop_reason="eog"), "done", None)
     assert "plain decoding" in text and "vs plain" not in text

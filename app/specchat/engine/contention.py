@@ -89,6 +89,17 @@ def read_cpu() -> CpuReading:
     return CpuReading(time.monotonic(), max(total - idle - steal, 0.0), steal, total, own.user + own.system)
 
 
+ASSUME_QUIET_ENV = "SPECCHAT_ASSUME_QUIET"  # set (non-empty): the machine's counters are not read, it counts as quiet
+
+
+def read_this_machine() -> CpuReading:
+    """:func:`read_cpu`, unless ``SPECCHAT_ASSUME_QUIET`` says the user (or a test suite, whose other work
+    is its own) vouches that the machine is quiet: then no reading, and the judge says quiet."""
+    if os.environ.get(ASSUME_QUIET_ENV):
+        raise OSError(f"{ASSUME_QUIET_ENV} is set")
+    return read_cpu()
+
+
 class MachineWatch:
     """How busy the machine was between a :meth:`mark` and a :meth:`judge`.
 
@@ -99,7 +110,7 @@ class MachineWatch:
     """
 
     def __init__(self, *, cores: int | None = None, ours: int | None = None,
-                 read: Callable[[], CpuReading] = read_cpu) -> None:
+                 read: Callable[[], CpuReading] = read_this_machine) -> None:
         self.cores = max(1, cores or psutil.cpu_count() or os.cpu_count() or 1)
         if ours is None:  # llama.cpp's default: a thread per physical core
             ours = psutil.cpu_count(logical=False) or self.cores
