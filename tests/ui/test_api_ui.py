@@ -232,6 +232,7 @@ def test_closing_the_app_tells_a_waiting_client_and_frees_the_port(qtbot, fake_a
 def test_a_chat_asked_while_an_api_request_answers_says_what_it_waits_for(qtbot, fake_app, tmp_path, kept):
     s = start(fake_app, qtbot, tmp_path, free_port(), LONG, max_tokens=30_000)
     w = s.window
+    w.telemetry.show()  # collapsed until an answer has rounds to plot (no room for it on the offscreen screen)
     w.actions_by_slot["set_api"].trigger()
     leave = threading.Event()
 
@@ -266,5 +267,6 @@ def test_the_window_still_fits_a_laptop_screen_with_the_api_line_at_its_longest(
     w.api_status.setText("API http://0.0.0.0:65535/v1 (every interface) · 99999 requests · waiting for the pair "
                          "· 32 in line")
     w.pair_status.setText("a-rather-long-target-name-Q4_K_M.gguf + a-rather-long-draft-name-Q8_0.gguf · CPU · ctx 4096")
+    w.telemetry.show()  # as once an answer has rounds to plot
     qtbot.wait(50)
     assert w.telemetry.isVisible() and w.minimumSizeHint().width() <= 1000

@@ -50,6 +50,7 @@ def test_the_chat_list_width_is_remembered_after_a_restart(qtbot, fake_app, tmp_
     app.add_chat()
     s = app.start(qtbot, window_state=QSettings(ini, QSettings.Format.IniFormat))
     s.window.telemetry.hide()  # room beside the chat pane's minimum width
+    s.window.resize(1200, 800)  # wider than the first window on the offscreen screen (800 px)
     qtbot.waitUntil(lambda: sum(s.window.splitter.sizes()) > 1100, timeout=5_000)
     before = s.window.splitter.sizes()
     s.window.splitter.setSizes([before[0] + 80, before[1] - 80])  # as a drag of the handle does

@@ -67,10 +67,12 @@ def test_telemetry_dock_plots_the_rounds_of_the_answer(qtbot, fake_app):
     app = fake_app(FakeSpec(answer_tokens=50))
     app.add_chat()
     s = app.start(qtbot)
+    s.window.resize(1280, 720)  # room beside the chat: the dock shows itself once the answer has rounds
+    assert s.window.telemetry.isHidden()  # nothing to plot yet
     send(qtbot, s.window.pane, "Hi.")
     wait_idle(qtbot, s)
     stored = s.store.messages(s.window.chat_id)[-1]
-    assert s.window.telemetry.isVisible()  # open by default
+    assert s.window.telemetry.isVisible()
     s.window.telemetry.repaint_now()
     assert len(s.window.telemetry.c_k.yData) == stored.stats.rounds > 0
 
@@ -91,15 +93,16 @@ def test_a_hidden_telemetry_panel_stays_hidden_after_a_restart(qtbot, fake_app, 
     app = fake_app()
     app.add_chat()
     w = app.start(qtbot, window_state=state).window
-    assert w.telemetry.isVisible()  # the default
-    w.telemetry.toggleViewAction().trigger()
-    assert not w.telemetry.isVisible()
+    assert w.telemetry.isHidden()  # the default: collapsed until an answer gives it rounds to plot
+    w.telemetry.toggleViewAction().trigger()  # shown by the user: from the start from now on
+    assert w.telemetry.isVisible()
     app.stop()
     w = app.start(qtbot, window_state=state).window
-    assert not w.telemetry.isVisible()
+    assert w.telemetry.isVisible()
     w.telemetry.toggleViewAction().trigger()
+    assert not w.telemetry.isVisible()
     app.stop()
-    assert app.start(qtbot, window_state=state).window.telemetry.isVisible()
+    assert app.start(qtbot, window_state=state).window.telemetry.isHidden()
 
 
 def test_a_file_that_is_not_a_model_is_a_message_not_a_crash(qtbot, fake_app):

@@ -296,6 +296,7 @@ def test_a_chat_on_a_server_says_so_in_the_header_and_the_telemetry_panel(qtbot,
         chat = app.add_chat()
         session = app.start(qtbot)
         window = session.window
+        window.telemetry.show()  # collapsed until an answer has rounds to plot: shown by the user
         qtbot.waitUntil(lambda: window.telemetry.memory_plot_shown and window.pair_status.text() != "no model loaded"
                         and "loading" not in window.pair_status.text(), timeout=20_000)  # the local pair
         choose_backend_in_chat_settings(qtbot, window, "gpu-box")

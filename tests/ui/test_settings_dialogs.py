@@ -155,6 +155,7 @@ def test_new_fallback_thresholds_move_the_panels_rails_without_a_restart(qtbot, 
     app.add_chat()
     s = app.start(qtbot)
     panel = s.window.telemetry
+    panel.show()  # collapsed until an answer has rounds to plot; its timer draws only while it shows
     panel.repaint_now()
     assert (panel.tok_rail.value(), panel.seq_rail.value()) == (0.5, 0.6)
     _settings_ok(qtbot, s.window, min_token_acceptance=0.3, min_sequence_acceptance=0.85)

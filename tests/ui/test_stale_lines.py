@@ -118,6 +118,7 @@ def test_no_server_line_stays_after_the_chat_switched_to_local_models_that_faile
         app.add_chat(backend="gpu-box")
         s = app.start(qtbot)
         window, panel = s.window, s.window.telemetry
+        panel.show()  # collapsed until an answer has rounds to plot: shown by the user
         qtbot.waitUntil(lambda: panel.remote is not None, timeout=20_000)
         assert "gpu-box" in window.pair_status.text() and panel.backend_notes.isVisible()
         target, draft = app.model_files()

@@ -21,6 +21,7 @@ def test_the_window_fits_a_laptop_screen_with_a_long_pair_name(qtbot, fake_app):
     app.add_chat(target=target, draft=draft)
     w = app.start(qtbot).window
     w.pair_status.setText(f"{target.name} + {draft.name} · CPU · ctx 4096")  # the status bar once it loads
+    w.telemetry.show()  # collapsed until an answer has rounds to plot; beside the chat once one has
     qtbot.wait(50)
     assert w.telemetry.isVisible()
     docked = w.minimumSizeHint().width()

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
 from specchat.attachments import (
     PDF_MAX_BYTES,
@@ -27,19 +27,30 @@ from specchat.attachments import (
 )
 from specchat.store import NewAttachment
 
+from .fitting import FlowRow
 from .theme import Theme, current
 
 MAX_CHIPS_SHOWN = 8  # then "+N more"
+CHIP_NAME_CHARS = 32  # a longer name is shortened in the middle (the chip's tooltip has it whole)
 
 
 def size_text(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.0f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
 
 
+def short_name(name: str, limit: int = CHIP_NAME_CHARS) -> str:
+    """``name``, or its start and end around "…" when it is longer than ``limit`` characters: a chip stays
+    narrower than the message however long the file's name (its ✕ in view)."""
+    if len(name) <= limit:
+        return name
+    tail = limit // 3
+    return f"{name[:limit - tail - 1]}…{name[-tail:]}"
+
+
 def chip_html(name: str, size: int, theme: Theme, remove: str = "") -> str:
     """One chip: name · size, and a ✕ link when it can be taken off (``remove``: its href)."""
     cross = f" <a href='{remove}' style='color:{theme.muted}; text-decoration:none'>✕</a>" if remove else ""
-    return (f"{html.escape(name)} <span style='color:{theme.muted}'>· {size_text(size)}</span>{cross}")
+    return (f"{html.escape(short_name(name))} <span style='color:{theme.muted}'>· {size_text(size)}</span>{cross}")
 
 
 class ChipRow(QWidget):
@@ -52,7 +63,9 @@ class ChipRow(QWidget):
         self.removable = removable
         self.theme = theme or current()
         self.files: list[tuple[str, int]] = []
-        self._layout = QHBoxLayout(self)
+        # chips wrap onto more rows, and a name longer than the row is cut at its edge: a row of long
+        # names never makes the message (or the composer) wider than the view
+        self._layout = FlowRow(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(6)
         self._chips: list[QLabel] = []
@@ -92,7 +105,6 @@ class ChipRow(QWidget):
             more.setStyleSheet(f"color:{t.muted}; font-size:12px;")
             self._layout.addWidget(more)
             self._chips.append(more)
-        self._layout.addStretch(1)
         self.setVisible(bool(self.files))
 
     def _on_link(self, href: str) -> None:

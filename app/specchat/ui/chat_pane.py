@@ -44,6 +44,7 @@ from specchat.store import (
 from .attachment_chips import ChipRow, FileReader
 from .chat_header import ChatHeader
 from .conversation import ConversationView
+from .empty_state import EmptyState
 from .load_progress import LoadProgressLine
 from .menus import matches
 from .message_widget import MessageWidget
@@ -116,6 +117,7 @@ class ChatPane(QWidget):
     titleChanged = Signal()  # a chat got its title from its first message
     pairRequested = Signal()
     pairChanged = Signal(object)  # ChatSettings whose target or draft changed
+    emptyStateShown = Signal()  # the chat shown has no pair and no message: the card says how to get a pair
     settingsRequested = Signal(str)  # open Chat settings… at this field ("context_policy")
 
     def __init__(self, store: Store, answers: AnswerService, parent: QWidget | None = None) -> None:
@@ -132,6 +134,9 @@ class ChatPane(QWidget):
         self.header.pairRequested.connect(self.pairRequested)
         self.load_line = LoadProgressLine(answers)  # a pair loading: how far, under the header
         self.conversation = ConversationView()
+        self.empty_state = EmptyState()  # the window says what is installed and opens its flows
+        self.empty_state.chooseRequested.connect(self.pairRequested)
+        self.conversation.set_placeholder(self.empty_state)
         self.notice = QLabel()
         self.notice.setWordWrap(True)
         self.notice.setTextFormat(Qt.TextFormat.PlainText)
@@ -191,6 +196,7 @@ class ChatPane(QWidget):
         self._live = None
         self.show_notice("")
         if chat_id is None:
+            self.conversation.show_placeholder(False)
             self.update_buttons()
             return
         live = self.answers.answer(chat_id)
@@ -248,6 +254,10 @@ class ChatPane(QWidget):
                   "system prompt" if s.system_prompt.strip() else "")
         self.header.show_settings(s.speculation, s.reasoning, s.sampling.temperature, pair,
                                   tuple(a for a in active if a))
+        empty = s.target is None and not s.backend and not self.conversation.messages
+        self.conversation.show_placeholder(empty)
+        if empty:
+            self.emptyStateShown.emit()
 
     # -- sending and stopping ---------------------------------------------------------------
 

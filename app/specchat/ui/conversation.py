@@ -9,7 +9,7 @@ restyles every message.
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
-from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QVBoxLayout, QWidget
 
 from .message_widget import MessageWidget
 from .theme import Theme, controller
@@ -31,6 +31,7 @@ class ConversationView(QScrollArea):
         self._layout.addStretch(1)
         self.setWidget(inner)
         self.messages: list[MessageWidget] = []
+        self.placeholder: QWidget | None = None  # shown above no message (set_placeholder)
         self.tint = False
         self._dirty: MessageWidget | None = None
         self._timer = QTimer(self)
@@ -45,6 +46,26 @@ class ConversationView(QScrollArea):
         for w in self.messages:
             w.set_theme(theme)
 
+    def set_placeholder(self, widget: QWidget) -> None:
+        """A widget at the top of an empty conversation, centred (the empty state); hidden until
+        :meth:`show_placeholder`, and by the first message added."""
+        self.placeholder = QWidget()  # a row that centres it: an aligned item would lose its height for width
+        row = QHBoxLayout(self.placeholder)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addStretch(1)
+        row.addWidget(widget, 100)
+        row.addStretch(1)
+        self.placeholder.hide()
+        self._layout.insertWidget(0, self.placeholder)
+
+    def show_placeholder(self, on: bool) -> None:
+        if self.placeholder is not None:
+            self.placeholder.setVisible(on and not self.messages)
+
+    @property
+    def placeholder_shown(self) -> bool:
+        return self.placeholder is not None and not self.placeholder.isHidden()
+
     def clear(self) -> None:
         for w in self.messages:
             w.setParent(None)
@@ -58,6 +79,8 @@ class ConversationView(QScrollArea):
         w.tintToggled.connect(self.tintRequested)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self.messages.append(w)
+        if self.placeholder is not None:
+            self.placeholder.hide()
         self._stick = True
         return w
 

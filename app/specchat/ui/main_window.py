@@ -12,7 +12,7 @@ import html
 from typing import TYPE_CHECKING, Protocol
 
 import psutil
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter
 
@@ -30,6 +30,7 @@ from specchat.telemetry.export import ExportError, export_rounds
 from specchat.telemetry.samplers import MemorySampler
 from specchat.workers.generation import PairInfo
 
+from . import window_geometry as geometry
 from .api_requests import ApiRequestsDialog
 from .chat_files import ChatFiles
 from .chat_list import ChatList
@@ -84,6 +85,10 @@ class WindowSession(Protocol):
 TELEMETRY_WIDTH = 460  # the dock's first width; the user's own is kept in the window state
 WINDOW_STATE_VERSION = 1  # bump when the docks change, so an old saved layout is ignored
 TINT_KEY = "view/draft_tint"  # in the window state: whether accepted draft text is tinted
+# in the window state: "auto" (never chosen: hidden until an answer gives it something to plot), or the
+# user's own choice from View → Telemetry panel or the dock's close button, "shown" or "hidden"
+TELEMETRY_KEY = "view/telemetry"
+TELEMETRY_CHOICES = ("auto", "shown", "hidden")
 EXPORT_LINE_MS = 30_000  # where an export went, or why it could not: long enough to read a path
 EVERYWHERE_WARNING = ("The API server now listens on every network interface: any machine that can reach this one "
                       "can use its models through it.")
@@ -105,9 +110,10 @@ class MainWindow(QMainWindow):
         self.everywhere_warning: QMessageBox | None = None  # the last warning that the API is open to others
         self._window_state = window_state  # where size, splitters and docks are kept (None: not kept)
         self.setWindowTitle("SpecChat")
-        self.resize(1200, 800)
+        self.setGeometry(geometry.first_geometry(geometry.available_geometry(self)))  # within the screen
         self.telemetry = TelemetryPanel(session.recorder, sampler, self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.telemetry)
+        self.telemetry_choice = "auto"  # see TELEMETRY_KEY
         self.telemetry.said.connect(lambda line: self.statusBar().showMessage(line, EXPORT_LINE_MS))
         self.resizeDocks([self.telemetry], [TELEMETRY_WIDTH], Qt.Orientation.Horizontal)  # the chat gets the rest
         self.chats = ChatList(self.store, self.answers, self)
@@ -130,6 +136,8 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.api_status)
         self.statusBar().addPermanentWidget(self.memory_status)
         toggle = self.telemetry.toggleViewAction()
+        toggle.triggered.connect(lambda shown: self._telemetry_chosen("shown" if shown else "hidden"))
+        self.telemetry.installEventFilter(self)  # its close button: the user's choice too
         tint = self._saved_tint()
         self.actions_by_slot = build_menus(self, {"telemetry": toggle},
                                            {"set_theme": str(self.config["theme"]), "set_chat_list": True,
@@ -171,6 +179,11 @@ class MainWindow(QMainWindow):
         self.answers.pairLoaded.connect(self._on_pair_loaded)
         self.answers.pairFailed.connect(self._on_pair_failed)
         self.answers.finished.connect(lambda *_: self.chats.refresh())
+        for data in (self.answers.changed, self.answers.finished, self.answers.queueChanged):
+            data.connect(self._telemetry_when_data)  # the plots show once an answer has given them rounds
+        self.pane.emptyStateShown.connect(self._fill_empty_state)
+        self.pane.empty_state.downloadRequested.connect(self.open_downloads)
+        self.pane.empty_state.importRequested.connect(self.import_files)
         self.answers.notice.connect(self._on_notice)
         self.answers.idle.connect(self._preload_shown)
         session.settings.changed.connect(self._config_changed)
@@ -181,11 +194,13 @@ class MainWindow(QMainWindow):
         self._memory_timer = QTimer(self, interval=2000)
         self._memory_timer.timeout.connect(self._update_memory)
         self._memory_timer.start()
+        self._empty_state_for: tuple | None = None  # what the empty state was last filled for
         self._open_newest()
-        self._first_run_hint()
         if session.last_crash is not None:  # its pair was held back: say why nothing loads by itself
             self.pane.show_notice(session.last_crash.line(), error=True)
+        self._closing = False
         self._restore_window_state()
+        self._apply_telemetry_choice()
 
     @property
     def config(self) -> AppConfig:
@@ -301,7 +316,7 @@ class MainWindow(QMainWindow):
             self.answers.preload(self.pane.settings())
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
-        self.pane.clear_pair_notice()  # "No model pair…", "No models yet…" or the last load's failure: stale now
+        self.pane.clear_pair_notice()  # "No model pair…" or the last load's failure: stale now
         self.telemetry.set_memory_shares(info.memory_shares)
         self.telemetry.set_backend(info)
         self.pane.header.set_reasoning_available(info.supports_reasoning_switch)
@@ -355,6 +370,7 @@ class MainWindow(QMainWindow):
         dialog = self.models_dialog()
         dialog.tabs.setCurrentIndex(tab if tab == 0 or dialog.installed.count() else 0)
         dialog.exec()
+        self._models_changed()
 
     def open_downloads(self) -> None:
         self.open_models(tab=0)
@@ -364,6 +380,7 @@ class MainWindow(QMainWindow):
         dialog.tabs.setCurrentIndex(1)
         dialog.import_files()
         dialog.exec()
+        self._models_changed()
 
     def edit_app_settings(self) -> None:
         dialog = SettingsDialog(self.config, self, api=self.api)
@@ -607,22 +624,70 @@ class MainWindow(QMainWindow):
                           f"<br>backend: {info['backend']}<br>{html.escape(info['cpu_kernels'])}"
                           f"<br><small>{info['system_info']}</small>")
 
-    # -- misc ------------------------------------------------------------------------------
+    # -- the empty state: how to get a pair (ui/empty_state.py) ------------------------------------
 
-    def _first_run_hint(self) -> None:
-        if self.chat_id is None or self.pane.settings().target is not None:
+    def _fill_empty_state(self) -> None:
+        """The chat shown has no pair and no message: the card says whether models are installed and, when
+        none is, which pair to download for this machine.  Read once, and again after the Models dialog."""
+        if self._empty_state_for is not None:
             return
         try:
-            if self.session.registry.models():
-                return
+            has_models = bool(self.session.registry.models())
         except RegistryError:
-            return  # start-up checked it; damaged since: the Models dialog says so when opened
-        from specchat.models.catalog import load_catalog_lenient
-        from specchat.models.fit import free_memory
+            has_models = False  # start-up checked it; damaged since: the Models dialog says so when opened
+        rec = None
+        if not has_models:
+            from specchat.models.catalog import load_catalog_lenient
+            from specchat.models.fit import free_memory
+            from specchat.models.hub import human_bytes
 
-        rec = recommended(load_catalog_lenient(self.session.profile.user_catalog)[0], *free_memory())
-        self.pane.show_notice("No models yet. Open Models → Download a pair…"
-                              + (f" (recommended for this machine: {rec.name})." if rec else "."))
+            pair = recommended(load_catalog_lenient(self.session.profile.user_catalog)[0], *free_memory())
+            rec = (pair.name, human_bytes(pair.size)) if pair is not None else None
+        self._empty_state_for = (has_models, rec)
+        self.pane.empty_state.show_for(has_models, rec)
+
+    def _models_changed(self) -> None:
+        """After the Models dialog: what is installed may have changed."""
+        self._empty_state_for = None
+        if self.pane.conversation.placeholder_shown:
+            self._fill_empty_state()
+
+    # -- the telemetry dock: collapsed until there is something to plot --------------------------
+
+    def _telemetry_chosen(self, choice: str) -> None:
+        """View → Telemetry panel, or the dock's close button: the user's choice, kept from now on."""
+        self.telemetry_choice = choice
+        if self._window_state is not None:
+            self._window_state.setValue(TELEMETRY_KEY, choice)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.telemetry and event.type() == QEvent.Type.Close and not self._closing:
+            self._telemetry_chosen("hidden")  # the dock's ✕ (the action's toggle says it by itself)
+        return super().eventFilter(watched, event)
+
+    def _has_plot_data(self) -> bool:
+        recorder = self.session.recorder
+        return bool(recorder.rounds() or recorder.answers())
+
+    def _apply_telemetry_choice(self) -> None:
+        """As the user chose; never chosen: shown only once there is something to plot."""
+        if self.telemetry_choice == "auto":
+            self.telemetry.setVisible(self._has_plot_data())
+        else:
+            self.telemetry.setVisible(self.telemetry_choice == "shown")
+
+    def _telemetry_when_data(self, *_args: object) -> None:
+        """An answer moved on: the dock, collapsed because nothing was plotted yet, shows its first rounds,
+        where the window has room for it beside the chat (it never widens the window past the screen)."""
+        if self.telemetry_choice != "auto" or not self.telemetry.isHidden():
+            return
+        central = self.splitter  # the chat list and the chat
+        if central.width() - central.minimumSizeHint().width() < self.telemetry.minimumSizeHint().width():
+            return
+        if self._has_plot_data():
+            self.telemetry.show()
+
+    # -- misc ------------------------------------------------------------------------------
 
     def _update_memory(self) -> None:
         rss = psutil.Process().memory_info().rss
@@ -630,26 +695,46 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:
         """The session keeps the partial answer when the app ends; the window keeps its layout."""
+        self._closing = True
         if self._window_state is not None:
             self._window_state.setValue("window/geometry", self.saveGeometry())
             self._window_state.setValue("window/state", self.saveState(WINDOW_STATE_VERSION))
+            self._window_state.setValue(TELEMETRY_KEY, self.telemetry_choice)
             self._window_state.setValue("window/splitter", self.splitter.saveState())
             self._window_state.setValue("window/chat_list", not self.chats.widget.isHidden())
             self._window_state.sync()
         super().closeEvent(event)
 
     def _restore_window_state(self) -> None:
-        """Size, position and the telemetry dock (shown, hidden, where) as the user left them."""
+        """Size, position and the telemetry dock (shown, hidden, where) as the user left them; the
+        position and size kept on the screens there are now."""
         if self._window_state is None:
             return
-        geometry = self._window_state.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
+        saved = self._window_state.value("window/geometry")
+        if saved is not None:
+            self.restoreGeometry(saved)
+            self._keep_on_screen()
         state = self._window_state.value("window/state")
         if state is not None:
             self.restoreState(state, WINDOW_STATE_VERSION)
+        choice = str(self._window_state.value(TELEMETRY_KEY, "") or "")
+        if choice not in TELEMETRY_CHOICES:  # a layout saved before the dock followed its data: the user's
+            choice = "auto" if state is None else "hidden" if self.telemetry.isHidden() else "shown"
+        self.telemetry_choice = choice
         splitter = self._window_state.value("window/splitter")
         if splitter is not None:
             self.splitter.restoreState(splitter)  # the chat list's width as the user dragged it
         if str(self._window_state.value("window/chat_list", "true")).lower() == "false":
             self.set_chat_list(False)
+
+    def _keep_on_screen(self) -> None:
+        """A restored geometry that no screen holds whole now (a smaller or unplugged monitor) is moved, and
+        shrunk where it must be, onto the available geometry of the screen that shows most of it (or the
+        first one)."""
+        if self.isMaximized() or self.isFullScreen():
+            return
+        rect = self.geometry()
+        screens = geometry.screens()
+        home = geometry.home(rect, screens) or (screens[0] if screens else None)
+        if home is not None and not geometry.fits(rect, home):
+            self.setGeometry(geometry.clamped(rect, home))

@@ -54,6 +54,8 @@ PLAIN_TAIL_CHARS = 2000
 MONO = "'DejaVu Sans Mono','Menlo','Consolas',monospace"
 _NEWLINE = re.compile(r"\r\n?|\n")
 EXTRA = "sc-extra"  # the class of a div whose text is not from the markdown source (a code block's Copy line)
+CODE_OPEN = "<table width='100%' cellspacing=0 cellpadding=0>"  # how a code block's HTML begins
+COPY_OPEN = f"<div align='right' class='{EXTRA}'>"  # ... and its Copy line
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +129,26 @@ def _fence(_renderer, tokens: list[Token], idx: int, _options, env: dict) -> str
     lang = info[0] if info else ""
     body = highlight(code, lang, theme, env["limit"])
     head = f"<span style='color:{theme.muted}'>{html.escape(lang)}</span> " if lang else ""
-    return (f"<table width='100%' cellspacing=0 cellpadding=0><tr><td style=\"background:{theme.code_bg}; "
+    return (f"{CODE_OPEN}<tr><td style=\"background:{theme.code_bg}; "
             f"color:{theme.code_text}; padding:6px; border:1px solid {theme.code_border};\">"
             f"<pre style=\"margin:0; font-family:{MONO}\">{body}</pre></td></tr></table>"
-            f"<div align='right' class='{EXTRA}'>{head}<a href='copy:{len(env['codes']) - 1}' style='color:{theme.link}'>Copy</a>"
+            f"{COPY_OPEN}{head}<a href='copy:{len(env['codes']) - 1}' style='color:{theme.link}'>Copy</a>"
             "</div>")
+
+
+def split_code_block(block_html: str) -> tuple[str, str] | None:
+    """A block that is one code block, as (its code, its Copy line): the message shows the code
+    scrolling sideways on its own and the Copy line under it in view (:mod:`.block_view`).  None for
+    any other block (a code block inside a list or a quote stays with its block)."""
+    if not block_html.startswith(CODE_OPEN):
+        return None
+    at = block_html.find(COPY_OPEN)
+    if at < 0 or block_html.count("<pre", 0, at) != 1 or block_html.find(COPY_OPEN, at + 1) >= 0:
+        return None
+    code, copy = block_html[:at], block_html[at:]
+    if not copy.rstrip().endswith("</div>"):
+        return None
+    return code, copy
 
 
 def _table(_renderer, _tokens: list[Token], _idx: int, _options, env: dict) -> str:

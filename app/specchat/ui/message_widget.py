@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from .attachment_chips import ChipRow
+from .block_view import BlockView, text_label
 from .markdown import Block, MarkdownStream, RunStream, TintStream, Update
 from .menus import binding_text, matches
 from .theme import Theme, current
@@ -42,12 +43,7 @@ COPIED_MS = 1500  # how long the footer's Copy says "Copied" after a copy
 
 
 def _label() -> QLabel:
-    label = QLabel()
-    label.setTextFormat(Qt.TextFormat.RichText)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-    label.setOpenExternalLinks(False)
-    return label
+    return text_label()
 
 
 def _constant(codes: Sequence[str]) -> Callable[[], Sequence[str]]:
@@ -55,7 +51,8 @@ def _constant(codes: Sequence[str]) -> Callable[[], Sequence[str]]:
 
 
 class BlockColumn(QWidget):
-    """Labels for finished blocks (made once each) above one label for the tail."""
+    """Views for finished blocks (made once each) above one view for the tail; each is a label that
+    scrolls sideways on its own when its block is wider than the message (:mod:`.block_view`)."""
 
     linkActivated = Signal(str)  # a link that is not a code block's copy link
     codeCopied = Signal(str)  # the code of the block whose copy link was clicked
@@ -67,44 +64,44 @@ class BlockColumn(QWidget):
         self._layout.setSpacing(BLOCK_SPACING)
         self.blocks: list[Block] = []
         self.tail: Block | None = None
-        self._labels: list[QLabel] = []
+        self._views: list[BlockView] = []
         self._css = ""
         self._tail = self._make(lambda: self.tail.codes if self.tail else ())
         self._layout.addWidget(self._tail)
 
-    def _make(self, codes: Callable[[], Sequence[str]]) -> QLabel:
-        label = _label()
-        label.setStyleSheet(self._css)
-        label.linkActivated.connect(lambda href: self._on_link(href, codes()))
-        return label
+    def _make(self, codes: Callable[[], Sequence[str]]) -> BlockView:
+        view = BlockView()
+        view.set_css(self._css)
+        view.linkActivated.connect(lambda href: self._on_link(href, codes()))
+        return view
 
     def apply(self, update: Update, placeholder: str = "") -> None:
         if update.reset:
             self.clear()
         for block in update.finished:
-            label = self._make(_constant(block.codes))
-            label.setText(block.html)
-            self._layout.insertWidget(len(self._labels), label)
-            self._labels.append(label)
+            view = self._make(_constant(block.codes))
+            view.set_html(block.html)
+            self._layout.insertWidget(len(self._views), view)
+            self._views.append(view)
             self.blocks.append(block)
         self.tail = update.tail
         text = update.tail.html if update.tail else ("" if self.blocks else placeholder)
-        self._tail.setText(text)
+        self._tail.set_html(text)
         self._tail.setVisible(bool(text))
 
     def clear(self) -> None:
-        for label in self._labels:
-            label.setParent(None)
-            label.deleteLater()
-        self._labels.clear()
+        for view in self._views:
+            view.setParent(None)
+            view.deleteLater()
+        self._views.clear()
         self.blocks.clear()
         self.tail = None
 
     def set_text_css(self, css: str) -> None:
         """A style sheet for every label (the reasoning's muted colour)."""
         self._css = css
-        for label in (*self._labels, self._tail):
-            label.setStyleSheet(css)
+        for view in (*self._views, self._tail):
+            view.set_css(css)
 
     def text(self) -> str:
         """The HTML shown, all blocks in order (the tail's last)."""
@@ -113,8 +110,13 @@ class BlockColumn(QWidget):
     def codes(self) -> list[str]:
         return [c for b in (*self.blocks, *([self.tail] if self.tail else [])) for c in b.codes]
 
+    def views(self) -> list[BlockView]:
+        """One per finished block, then the tail's."""
+        return [*self._views, self._tail]
+
     def labels(self) -> list[QLabel]:
-        return [*self._labels, self._tail]
+        """The labels that show text: each block's, and a code block's Copy line after its code."""
+        return [label for view in self.views() for label in view.labels()]
 
     def _on_link(self, href: str, codes: Sequence[str]) -> None:
         if href.startswith("copy:"):
