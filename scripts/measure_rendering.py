@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -84,16 +83,6 @@ def synthetic_answer(tokens: int) -> list[str]:
     return pieces[:tokens]
 
 
-@dataclass
-class Live:
-    """What ``ChatPane._paint_live`` reads of a live answer."""
-
-    content: str = ""
-    reasoning: str = ""
-    segments: list[tuple[str, bool]] = field(default_factory=list)
-    phase: object = None
-
-
 def load_revision(rev: str) -> type:
     """The MessageWidget class of git revision ``rev`` (with that revision's markdown module)."""
     def source(path: str) -> str:
@@ -101,12 +90,13 @@ def load_revision(rev: str) -> type:
                               capture_output=True, text=True).stdout
 
     markdown = types.ModuleType("specchat.ui._measured_markdown")
+    sys.modules[markdown.__name__] = markdown  # before its code runs: a dataclass looks its module up there
     exec(compile(source("app/specchat/ui/markdown.py"), f"{rev}:markdown.py", "exec"), markdown.__dict__)
-    sys.modules[markdown.__name__] = markdown
     widget_src = source("app/specchat/ui/message_widget.py").replace("from .markdown import",
                                                                      "from specchat.ui._measured_markdown import")
     widget = types.ModuleType("specchat.ui._measured_message_widget")
     widget.__dict__["__package__"] = "specchat.ui"
+    sys.modules[widget.__name__] = widget
     exec(compile(widget_src, f"{rev}:message_widget.py", "exec"), widget.__dict__)
     return widget.MessageWidget
 
@@ -136,7 +126,7 @@ def main() -> int:
     from specchat.config import AppConfig
     from specchat.models.registry import Registry
     from specchat.profile import Profile
-    from specchat.services.answers import Phase
+    from specchat.services.answers import LiveAnswer, Phase
     from specchat.store import ChatSettings, open_store
     from specchat.ui import conversation
     from specchat.ui.session import AppSession
@@ -184,7 +174,8 @@ def main() -> int:
         conversation.MessageWidget = widget_class
         pane.show_chat(pane.chat_id)
         pieces = synthetic_answer(tokens)
-        live = Live(phase=Phase.STREAMING)
+        live = LiveAnswer(pane.chat_id or 0, ChatSettings())  # the service's own live answer: every field a view reads
+        live.phase = Phase.STREAMING
         sent = [0]
         updates: list[tuple[int, float]] = []
         lateness: list[float] = []
@@ -211,7 +202,7 @@ def main() -> int:
             n_round[0] += 1
             chunk = pieces[sent[0]:sent[0] + k]
             sent[0] += len(chunk)
-            live.content += "".join(chunk)
+            live.add("".join(chunk), "")
             pane._paint_live(live)
             if sent[0] >= len(pieces):
                 feeder.stop()
