@@ -10,6 +10,7 @@ many it rests on and the spread over them; below that it says how many are still
 
 from __future__ import annotations
 
+from specchat.engine.controller import RECHECKED
 from specchat.engine.settings import StructuredOutput
 from specchat.metrics import runs_phrase
 from specchat.modes import PLAIN_MODE, Drafter, Mode
@@ -54,7 +55,7 @@ def drafter_text(stats: MessageStats) -> str:
     mode = stats.mode or ""
     if mode == PLAIN_MODE:
         return "plain decoding"
-    notes = "; ".join(stats.notes)
+    notes = "; ".join(folded_notes(stats.notes))
     if not stats.drafters:
         if stats.drafted:  # an answer stored before drafters were recorded, or a server's (with auto's why)
             return f"{mode}: {notes}" if notes else mode
@@ -68,6 +69,16 @@ def drafter_text(stats: MessageStats) -> str:
     elif mode == Mode.AUTO.value:
         used = f"auto {used}"
     return f"{used}: {notes}" if notes else used
+
+
+def folded_notes(notes: tuple[str, ...]) -> list[str]:
+    """An answer's notes with auto's repeated re-checks folded into the last one ("re-checked 5 times, last at
+    1.87x the calibrated costs"): a long answer on a drifting machine re-checks every few rounds."""
+    at = [i for i, n in enumerate(notes) if n.startswith(RECHECKED)]
+    if len(at) < 2:
+        return list(notes)
+    return [f"re-checked {len(at)} times, last at {n[len(RECHECKED):]}" if i == at[-1] else n
+            for i, n in enumerate(notes) if i == at[-1] or i not in at]
 
 
 def vs_plain(stats: MessageStats, reference: PlainReference | None) -> str:

@@ -59,6 +59,18 @@ def test_the_multiplier_says_how_many_plain_runs_it_rests_on_and_their_spread() 
     assert "1.75x vs plain (4 plain runs, 1.00–2.00x)" in text
 
 
+def test_auto_s_repeated_re_checks_fold_into_one_note() -> None:
+    notes = ("draft model not used: costs timed on a busy machine, no best case claimed",
+             "re-checked at 1.26x the calibrated costs (timed on a busy machine)",
+             "re-checked at 2.01x the calibrated costs (timed on a busy machine)",
+             "re-checked at 1.87x the calibrated costs (timed on a busy machine)")
+    text = stats_line(MessageStats(SPEC, mode="auto", drafters=(("lookup", 180, 120),), notes=notes), "done")
+    assert ("auto used lookup: draft model not used: costs timed on a busy machine, no best case claimed; "
+            "re-checked 3 times, last at 1.87x the calibrated costs (timed on a busy machine) · ") in text
+    once = MessageStats(SPEC, mode="auto", drafters=(("lookup", 180, 120),), notes=notes[:2])
+    assert "; re-checked at 1.26x the calibrated costs (timed on a busy machine) · " in stats_line(once, "done")
+
+
 def test_an_answer_measured_on_a_busy_machine_claims_no_multiplier() -> None:
     busy = MessageStats(SPEC, mode="draft", stop_reason="eog", drafters=(("model", 180, 120),), busy=True,
                         busy_why="other work kept 1.7 of 2 cores busy")

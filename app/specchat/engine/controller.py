@@ -25,6 +25,8 @@ from .drafters import KINDS
 from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Drafter, Mode
 
+RECHECKED = "re-checked at "  # how a re-check's brief begins (the stats line folds repeats of it)
+
 EMA = 0.2  # weight of a new cost measurement
 # Prompt lookup's acceptance is learned per class of match length (the tokens of agreement behind a
 # proposal, drafters.PromptLookupDrafter.last_match): on the builtin suite's Qwen trace a proposal
@@ -634,13 +636,13 @@ class DraftController:
             return [Fallback(
                 f"auto re-checked the draft model: the target's rounds cost {drift:.2f}x the load-time "
                 f"calibration, which was timed on a busy machine ({c.noise}): it {verdict} (no best case claimed)",
-                brief=f"re-checked at {drift:.2f}x the calibrated costs (timed on a busy machine)",
+                brief=f"{RECHECKED}{drift:.2f}x the calibrated costs (timed on a busy machine)",
             )]
         return [Fallback(
             f"auto re-checked the draft model: the target's rounds cost {drift:.2f}x the load-time calibration "
             f"(median of the last {len(self._drift)} rounds); with the measured costs (the draft's taken to "
             f"drift alike) its best case is {best:.2f}x plain: it {verdict}",
-            brief=f"re-checked at {drift:.2f}x the calibrated costs, draft model best case {best:.2f}x",
+            brief=f"{RECHECKED}{drift:.2f}x the calibrated costs, draft model best case {best:.2f}x",
         )]
 
     def start_answer(self) -> None:
