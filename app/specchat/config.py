@@ -129,7 +129,8 @@ SCHEMA: tuple[Setting, ...] = (
             help="layers of the target offloaded to the GPU; 0 runs it on the CPU", reloads_pair=True),
     Setting("draft_gpu_layers", "GPU layers, draft (-1 = all)", -1, -1, 999,
             help="layers of the draft offloaded to the GPU", reloads_pair=True),
-    Setting("threads", "CPU threads (0 = physical cores)", 0, 0, 256, help="threads for the CPU part of decoding",
+    Setting("threads", "CPU threads (0 = fitted to the free cores)", 0, 0, 256,
+            help="threads for the CPU part of decoding; 0 fits them to the cores other work leaves free, a number is kept",
             reloads_pair=True),
     Setting("decode_nice", "Decoding priority below the window (nice)", DECODE_NICE, 0, 19,
             help="Linux: decoding runs this much nicer than the window, so the window stays smooth "

@@ -45,6 +45,7 @@ def stats_line(stats: MessageStats | None, state: str | None, reference: PlainRe
     parts.append(stats.phases.summary())  # reasoning and answer apart, when the answer reasoned
     parts.append(StructuredOutput(stats.structured, "").label if stats.structured else "")  # acceptance is under it
     parts.append(vs_plain(stats, reference))
+    parts.append(threads_text(stats))
     parts.append(f"stop: {STOP_WORDS.get(stats.stop_reason, stats.stop_reason)}" if stats.stop_reason else "")
     parts.append(context_text(stats))
     return " · ".join(p for p in parts if p)
@@ -93,6 +94,15 @@ def vs_plain(stats: MessageStats, reference: PlainReference | None) -> str:
         return f"vs plain: not measured yet ({runs_phrase(reference.runs)})"
     lo, hi = spread
     return f"{x:.2f}x vs plain ({runs_phrase(reference.runs)}, {lo:.2f}–{hi:.2f}x)"
+
+
+def threads_text(stats: MessageStats) -> str:
+    """"1 of 2 threads: other work held the rest" when the answer ran on fewer threads than it was loaded
+    with (engine/threads.py); "" when it ran on all of them or was not fitted."""
+    if stats.threads is None or stats.threads[0] >= stats.threads[1]:
+        return ""
+    fewest, most = stats.threads
+    return f"{fewest} of {most} threads: other work held the rest"
 
 
 def _seconds(s: float) -> str:

@@ -57,6 +57,7 @@ class FakeSpec:
     costs: dict[int, float] = field(default_factory=lambda: {1: 0.010, 2: 0.011, 3: 0.012, 5: 0.014, 9: 0.018})
     draft_cost_s: float = 0.001
     shape_sensitive: bool = False  # decode costs depend on the batch shape (llama.cpp's CUDA graphs)
+    threads: int = 1  # the threads each model is "loaded" with (set_threads records what the loop asks for)
 
 
 class FakeModel(LoadedModel):
@@ -70,7 +71,8 @@ class FakeModel(LoadedModel):
         self.is_draft = draft
         self.n_ctx = spec.n_ctx
         self.n_batch = 512
-        self.n_threads = 1
+        self.n_threads = self.threads_now = spec.threads
+        self.thread_calls: list[int] = []  # every set_threads, in order
         self.n_vocab = N_VOCAB
         self.can_trim = spec.can_trim
         self.can_shift = spec.can_trim  # a table has no positions to re-rotate: it shifts wherever it trims
@@ -82,6 +84,10 @@ class FakeModel(LoadedModel):
         self.shapes: list[int] = []  # the batch size of every decode, in order
         self._rows: list[np.ndarray] = []
         self._closed = False
+
+    def set_threads(self, n: int) -> None:
+        self.thread_calls.append(n)
+        self.threads_now = max(1, min(n, self.n_threads))
 
     # -- the table ------------------------------------------------------------------
 

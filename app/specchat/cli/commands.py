@@ -130,7 +130,7 @@ def _add_model_args(p: argparse.ArgumentParser, config: AppConfig) -> None:
     p.add_argument("--ctx", type=_setting("n_ctx"), default=None,
                    help=f"context size in tokens (default {config['n_ctx']})")
     p.add_argument("--threads", type=_setting("threads"), default=None,
-                   help=f"CPU threads, 0: physical cores (default {config['threads']})")
+                   help=f"CPU threads, 0: fitted (physical cores, fewer while other work holds some) (default {config['threads']})")
     p.add_argument("--gpu-layers", type=_setting("gpu_layers"), default=None,
                    help=f"target layers on the GPU (-1 all, 0 none; default {config['gpu_layers']})")
     p.add_argument("--draft-gpu-layers", type=_setting("draft_gpu_layers"), default=None,

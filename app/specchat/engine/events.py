@@ -137,6 +137,8 @@ class GenerationStats(CountsView):
     # the drafters that drafted, as (name, drafted, accepted), most drafted first (Drafter values)
     drafters: tuple[tuple[str, int, int], ...] = ()
     notes: tuple[str, ...] = ()  # the briefs of its Fallbacks that say why a drafter did not run
+    # the fewest decode threads it ran on and the most it could (engine/threads.py); (0, 0): not fitted
+    threads: tuple[int, int] = (0, 0)
 
     @classmethod
     def empty(cls, mode: str = "") -> GenerationStats:

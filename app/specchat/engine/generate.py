@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .controller import DraftController, Plan
     from .drafting import LiveDrafter, Offer
     from .runtime import LoadedModel
+    from .threads import ThreadFit
 
 
 class LoopPair(Protocol):
@@ -53,6 +54,7 @@ class LoopPair(Protocol):
     controller: DraftController
     drafters: dict[Drafter, LiveDrafter]  # every registered drafter that can run with this pair
     speculation_blocked: str
+    threads: ThreadFit | None  # the decode threads fitted to the machine (None: a count the user chose)
 
 _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
 
@@ -142,6 +144,7 @@ def _answer(pair: LoopPair, prompt: list[int], *, mode: Mode, sampling: Sampling
     try:
         # (a schema or grammar that cannot be used: GrammarError; a stop during its check: CANCELLED)
         live.sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
+        live.fit_threads(pair)
         first = live.prefill([pair.drafters[d] for d in drafters])
         yield Prefilled(len(prompt), live.reused, live.prefill_s)
         t_decode0 = time.perf_counter()
@@ -157,6 +160,7 @@ def _answer(pair: LoopPair, prompt: list[int], *, mode: Mode, sampling: Sampling
             if cancel is not None and cancel.cancelled:
                 stop_reason = StopReason.CANCELLED
                 break
+            live.fit_threads(pair)
             room = live.start_round()  # draft tokens that still fit after id_last
             if room < 0:
                 stop_reason = StopReason.CONTEXT_FULL
@@ -213,6 +217,7 @@ class PairDecodes:
         self.ended = self.hit = False  # the last round ended the turn / hit a stop string
         self._drafted: list[int] = []  # the draft in flight
         self._t_round = 0.0
+        self.threads = (0, 0)  # the fewest decode threads it ran on, of the most the models were loaded with
 
     # -- the answer ------------------------------------------------------------------
 
@@ -235,6 +240,18 @@ class PairDecodes:
         self.prefill_s = time.perf_counter() - t0
         self.history = prompt + [first]
         return first
+
+    def fit_threads(self, pair: LoopPair) -> None:
+        """Run the next decodes on the threads other work leaves free (engine/threads.py)."""
+        fit = pair.threads
+        if fit is None:
+            return
+        n = fit.fit()
+        for model in (pair.target, pair.draft):
+            if model is not None:
+                model.set_threads(n)
+        fewest = min(n, self.threads[0]) if self.threads[0] else n
+        self.threads = (fewest, fit.most)
 
     def commit_first(self, first: int) -> TokensEmitted:
         self.n_generated = 1
@@ -261,7 +278,7 @@ class PairDecodes:
         used = tuple((name, d, a) for name, (d, a) in sorted(by_drafter.items(), key=lambda kv: -kv[1][0]))
         stats = GenerationStats(self.mode.value, (rounds.counts if rounds is not None else Counts()) + answer,
                                 tuple(n.reason for n in self.notes), structured=self.structured, drafters=used,
-                                notes=tuple(n.brief for n in self.notes if n.brief))
+                                notes=tuple(n.brief for n in self.notes if n.brief), threads=self.threads)
         return Done(stop_reason, stats, message)
 
     # -- a round's decodes (RoundDecodes) ---------------------------------------------------

@@ -27,6 +27,7 @@ from .generate import generate
 from .progress import LoadPhase, ProgressSink, report
 from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
 from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
+from .threads import ThreadFit
 
 
 class IncompatiblePair(LlamaError):
@@ -136,6 +137,8 @@ class SpeculativePair:
         model = self.drafters.get(Drafter.MODEL)
         self.model_drafter = model if isinstance(model, ModelDrafter) else None
         self.chat_format = chat_format
+        # the decode threads fitted to what other work leaves free, where the count was left to SpecChat
+        self.threads = ThreadFit(self.target.n_threads) if not config.target_options.n_threads else None
 
     def close(self) -> None:
         for m in (getattr(self, "draft", None), getattr(self, "target", None)):

@@ -344,7 +344,8 @@ class LoadedModel:
         # declared: llama_cpp's functions are typed Any behind its ctypes decorator
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch: int = options.n_batch
-        self.n_threads: int = threads
+        self.n_threads: int = threads  # what it was loaded with: the most it runs (engine/threads.py)
+        self.threads_now: int = threads
         self._mem: llama_cpp.llama_memory_t | None = llama_cpp.llama_get_memory(self._ctx)
         self.vocab: llama_cpp.llama_vocab_p | None = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -377,6 +378,13 @@ class LoadedModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def set_threads(self, n: int) -> None:
+        """Run the next decodes (single tokens and batches) on ``n`` threads, 1 to :attr:`n_threads`."""
+        n = max(1, min(int(n), self.n_threads))
+        if n != self.threads_now and self._ctx:
+            llama_cpp.llama_set_n_threads(self._ctx, n, n)
+            self.threads_now = n
 
     # -- metadata ---------------------------------------------------------------
 

@@ -236,6 +236,15 @@ def _id_span(value: object) -> tuple[int, int]:
     return first, last
 
 
+def _thread_pair(value: object) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"must be [fewest, most], got {_shown(value)}")
+    fewest, most = _count(value[0]), _count(value[1])
+    if not 1 <= fewest <= most:
+        raise ValueError(f"must be [fewest, most] from 1, fewest not above most, got {_shown(value)}")
+    return fewest, most
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -312,6 +321,9 @@ class MessageStats(CountsView):
     busy: bool | None = None
     busy_why: str = ""  # what made it busy, in a few words
     past_context: bool = False  # the error was a prompt past the context under "Stop at the limit" (its remedy is offered)
+    # the fewest decode threads it ran on, of the most it could: fewer when other work held cores
+    # (engine/threads.py); None where not fitted (a count the user chose, a server's answer, an older one)
+    threads: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -321,6 +333,9 @@ class MessageStats(CountsView):
         if self.left_out_span is not None:
             first, last = self.left_out_span
             object.__setattr__(self, "left_out_span", (int(first), int(last)))
+        if self.threads is not None:
+            fewest, most = self.threads
+            object.__setattr__(self, "threads", (int(fewest), int(most)) if fewest and most else None)
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"counts": self.counts.to_dict(), "mode": self.mode, "stop_reason": self.stop_reason,
@@ -345,6 +360,8 @@ class MessageStats(CountsView):
             doc["busy_why"] = self.busy_why
         if self.past_context:
             doc["past_context"] = True
+        if self.threads is not None:
+            doc["threads"] = list(self.threads)
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -396,14 +413,15 @@ class MessageStats(CountsView):
                    fallbacks=tuple(getattr(stats, "fallbacks", ())), error=error,
                    phases=getattr(stats, "phases", PhaseSplit()),
                    structured=str(getattr(stats, "structured", "") or ""),
-                   drafters=tuple(getattr(stats, "drafters", ())), notes=tuple(getattr(stats, "notes", ())))
+                   drafters=tuple(getattr(stats, "drafters", ())), notes=tuple(getattr(stats, "notes", ())),
+                   threads=getattr(stats, "threads", None))
 
 
 _STATS_KEYS: dict[str, Callable[[Any], object]] = {
     "counts": Counts.from_dict, "mode": _text, "stop_reason": _text, "fallbacks": _texts, "error": _text,
     "phases": PhaseSplit.from_dict, "structured": _text, "drafters": _drafter_rows, "notes": _texts,
     "n_ctx": _count, "left_out": _count, "left_out_span": _id_span, "busy": _flag, "busy_why": _text,
-    "past_context": _flag,
+    "past_context": _flag, "threads": _thread_pair,
 }
 
 
