@@ -11,6 +11,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QGuiApplication, QHelpEvent
 from PySide6.QtWidgets import QApplication, QMessageBox, QToolTip
 
+from helpers.app_driver import send, wait_idle
 from helpers.gguf_samples import write_gguf
 from helpers.tiny_drafters import Tokenizer, write_eagle3
 from specchat.models.registry import Registry
@@ -119,6 +120,21 @@ def test_search_highlights_its_words_in_the_open_chat_and_steps_through_them(qtb
     assert not window.finder.matches
     assert all(QColor(theme.match).name() not in label.text().lower()
                for w in window.pane.conversation.messages for label in w.body.labels())
+
+
+def test_a_highlight_stays_on_the_words_when_an_answer_finishes_and_keeps_the_current_match(qtbot, fake_app):
+    short = FILLER[:600]  # the fake pair's context is 2,048 bytes
+    s = started(qtbot, fake_app, ("user", "Any tip?"), ("assistant", short + "\n\nOne tip.\n\n" + short))
+    window, theme = s.window, current()
+    window.chats.search.setText("ti")  # in every answer the fake pair gives (its first 120 characters)
+    qtbot.waitUntil(lambda: len(window.finder.matches) == 2, timeout=10_000)
+    window.find_next()  # the second match, in the answer, is current
+    send(qtbot, window.pane, "And the target?")
+    wait_idle(qtbot, s)
+    answer = window.pane.conversation.messages[-1]
+    qtbot.waitUntil(lambda: any(highlighted(label, theme.match) for label in answer.body.labels()), timeout=10_000)
+    assert window.finder.current == 1 and len(window.finder.matches) >= 3
+    assert window.statusBar().currentMessage().startswith(f"match 2 of {len(window.finder.matches)}")
 
 
 def test_opening_a_chat_with_no_search_leaves_the_status_line_alone(qtbot, fake_app):

@@ -11,7 +11,9 @@ selections, so a match is found in the text between its HTML's tags (never in a 
 and wrapped in a coloured span, and the label shows that HTML until the search changes: the rest
 of the HTML is left as it was (a round trip through a QTextDocument would rewrite it: a code
 block's lines wrapped).  The current match is scrolled to where a :class:`QTextDocument` of the
-label lays it out.  A label that rendered again meanwhile (a streaming tail) is left as it is now.
+label lays it out.  A label that rendered again meanwhile (a streaming tail) is left as it is now, and
+the words are found again once the answer is done (:meth:`ChatFind.rehighlight`, which keeps the
+current match and the scroll).
 """
 
 from __future__ import annotations
@@ -117,6 +119,17 @@ class ChatFind(QObject):
         self.current = 0 if self.matches else -1
         self._paint()
 
+    def rehighlight(self) -> None:
+        """Find the words again where the chat re-rendered (an answer finished, a message changed), keeping
+        the current match's number where there still is one and the conversation where the user left it."""
+        if not self.words:
+            return
+        keep = self.current
+        self._restore()
+        self.matches = self._find()
+        self.current = min(max(keep, 0), len(self.matches) - 1) if self.matches else -1
+        self._paint(scroll=False)
+
     @Slot(object)
     def _theme_changed(self, _theme: object) -> None:
         self.refresh()  # every message rendered again in the new colours: find and highlight anew
@@ -148,7 +161,7 @@ class ChatFind(QObject):
 
     # -- showing --------------------------------------------------------------------------------
 
-    def _paint(self) -> None:
+    def _paint(self, scroll: bool = True) -> None:
         theme = current()
         by_label: dict[QLabel, dict[int, list[tuple[tuple[int, int], str]]]] = {}
         for i, m in enumerate(self.matches):
@@ -159,7 +172,7 @@ class ChatFind(QObject):
             self._original[label] = html
             self._shown[label] = highlighted(html, spans)
             label.setText(self._shown[label])
-        if self.matches:
+        if self.matches and scroll:
             self._scroll_to(self.matches[self.current])
         self.changed.emit(self.current + 1, len(self.matches))
 

@@ -179,6 +179,8 @@ class MainWindow(QMainWindow):
         self.answers.pairLoaded.connect(self._on_pair_loaded)
         self.answers.pairFailed.connect(self._on_pair_failed)
         self.answers.finished.connect(lambda *_: self.chats.refresh())
+        # the finished answer renders anew (its last text, its footer): the search's highlight with it, after it
+        self.answers.finished.connect(lambda *_: QTimer.singleShot(0, self.finder.rehighlight))
         for data in (self.answers.changed, self.answers.finished, self.answers.queueChanged):
             data.connect(self._telemetry_when_data)  # the plots show once an answer has given them rounds
         self.pane.emptyStateShown.connect(self._fill_empty_state)
