@@ -1,16 +1,18 @@
-"""Widgets that fit a small screen: a label that elides, and a row that wraps.
+"""Widgets that fit a small screen: a label that elides, a row that wraps, a status bar whose messages elide.
 
 The window's minimum width is the sum of its parts' minimum widths, so one label sized to its
 full text (a long model file name) made the window wider than a 1280 px screen.  An
 :class:`ElidedLabel` asks for little room and shows what fits, the full text in its tooltip; a
 :class:`FlowRow` lays its widgets out left to right and wraps them onto more rows when the
-width runs out, so its minimum width is its widest item's, not the sum of them all.
+width runs out, so its minimum width is its widest item's, not the sum of them all.  A
+:class:`StatusBar` ends a message too long for the room left of its permanent widgets in "…", the
+whole message in its tooltip (Qt's own cuts it off mid-word under them).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QRect, QSize, Qt
-from PySide6.QtWidgets import QLabel, QLayout, QLayoutItem, QSizePolicy, QStyle, QWidget
+from PySide6.QtCore import QElapsedTimer, QPoint, QRect, QSize, Qt
+from PySide6.QtWidgets import QLabel, QLayout, QLayoutItem, QSizePolicy, QStatusBar, QStyle, QWidget
 
 ELIDED_MIN_CHARS = 12  # an elided label never asks for less than this many average characters
 SLACK = 6  # px beyond the text's advance: elidedText rounds differently, and a full text must never elide
@@ -191,3 +193,55 @@ class FlowRow(QLayout):
 
     def _vgap(self) -> int:
         return 4
+
+
+class StatusBar(QStatusBar):
+    """A status bar whose temporary messages fit: one too long for the room left of the permanent
+    widgets (the memory, the API) ends in "…" and is whole in the bar's tooltip, and is fitted again
+    when the window is resized.  :meth:`currentMessage` is the whole message, as it was given."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self._timeout = 0
+        self._since = QElapsedTimer()
+        self._permanent: list[QWidget] = []
+        self.messageChanged.connect(self._changed)
+
+    def addPermanentWidget(self, widget: QWidget, stretch: int = 0) -> None:  # noqa: N802 (Qt's name)
+        self._permanent.append(widget)
+        super().addPermanentWidget(widget, stretch)
+
+    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 (Qt's name)
+        self._full, self._timeout = text, timeout
+        self._since.start()
+        self._show(timeout)
+
+    def currentMessage(self) -> str:  # noqa: N802 (Qt's name)
+        shown = super().currentMessage()
+        return self._full if shown and self._full else shown
+
+    def room(self) -> int:
+        """The width a message is drawn in: left of the first permanent widget shown (as Qt lays it)."""
+        right = self.width() - 12
+        for widget in self._permanent:
+            if widget.isVisible():
+                right = min(right, widget.x() - 2)
+        return max(0, right - 6 - SLACK)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if self._full and super().currentMessage():
+            left = self._timeout - self._since.elapsed() if self._timeout else 0
+            if not self._timeout or left > 0:
+                self._show(max(left, 1) if self._timeout else 0)
+
+    def _show(self, timeout: int) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.room())
+        super().showMessage(shown, timeout)
+        self.setToolTip(self._full if shown != self._full else "")
+
+    def _changed(self, shown: str) -> None:
+        if not shown:  # the message timed out or was cleared
+            self._full = ""
+            self.setToolTip("")

@@ -36,7 +36,7 @@ from .chat_files import ChatFiles
 from .chat_list import ChatList
 from .chat_pane import ChatPane
 from .find_in_chat import ChatFind
-from .fitting import ElidedLabel
+from .fitting import ElidedLabel, StatusBar
 from .menus import build_menus
 from .models_dialog import ModelsDialog, recommended
 from .presets_dialog import PresetsDialog, preset_summary
@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
         self.api_status.setToolTip("SpecChat answers OpenAI-compatible requests with the loaded pair; "
                                    "View → API requests… lists them")
         self.api_status.hide()
+        self.setStatusBar(StatusBar(self))  # a long message ends in "…", whole in its tooltip
         self.statusBar().addWidget(self.pair_status, 1)
         self.statusBar().addPermanentWidget(self.api_status)
         self.statusBar().addPermanentWidget(self.memory_status)
