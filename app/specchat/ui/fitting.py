@@ -208,11 +208,12 @@ class StatusBar(QStatusBar):
         self._permanent: list[QWidget] = []
         self.messageChanged.connect(self._changed)
 
-    def addPermanentWidget(self, widget: QWidget, stretch: int = 0) -> None:  # noqa: N802 (Qt's name)
+    def addPermanentWidget(self, widget: QWidget, stretch: int | None = 0) -> None:  # noqa: N802 (Qt's name)
         self._permanent.append(widget)
-        super().addPermanentWidget(widget, stretch)
+        super().addPermanentWidget(widget, stretch or 0)
 
-    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 (Qt's name)
+    def showMessage(self, text: str, timeout: int | None = 0) -> None:  # noqa: N802 (Qt's name)
+        timeout = timeout or 0
         self._full, self._timeout = text, timeout
         self._since.start()
         self._show(timeout)
