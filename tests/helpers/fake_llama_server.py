@@ -8,6 +8,8 @@ environment variables what to do:
 - ``FAKE_LLAMA_STATE``: a directory; every run appends one JSON line (pid, port, argv,
   the api key file's contents) to ``runs.jsonl`` there;
 - ``FAKE_LLAMA_LOAD_S``: seconds of 503 before 200 (default 0.3);
+- ``FAKE_LLAMA_SLOTS``: also serve ``/v1/models`` and ``/slots`` (whether it drafts), so that SpecChat's
+  client probes it as a llama-server (it serves no answers);
 - ``FAKE_LLAMA_FAIL``: a line to log before exiting 1 while "loading";
 - ``FAKE_LLAMA_CRASHES``: the first N runs (counted in the state dir) crash
   ``FAKE_LLAMA_CRASH_AFTER_S`` (default 0.3) seconds after they are ready: exit 134 after a
@@ -137,6 +139,14 @@ def main(argv: list[str]) -> int:
                 loading = time.monotonic() < ready_at
                 code, body = (503, {"error": {"code": 503, "message": "Loading model"}}) if loading \
                     else (200, {"status": "ok"})
+            elif self.path == "/v1/models" and os.environ.get("FAKE_LLAMA_SLOTS"):
+                code, body = 200, {"object": "list", "data": [{"id": Path(arg(argv, "-m")).name, "object": "model",
+                                                               "owned_by": "llamacpp"}]}
+            elif self.path == "/slots" and os.environ.get("FAKE_LLAMA_SLOTS"):  # what a drafting server says
+                spec_type = arg(argv, "--spec-type")
+                drafting = spec_type not in ("", "none") or bool(arg(argv, "-md", "--model-draft", "--spec-draft-model"))
+                code, body = 200, [{"id": 0, "speculative": drafting,
+                                    "params": {"speculative.n_max": 16, "speculative.types": [spec_type or "none"]}}]
             elif self.path == "/props":
                 code, body = 200, {"model_path": arg(argv, "-m"), "total_slots": 1,
                                    "default_generation_settings": {"n_ctx": int(arg(argv, "-c", default="0"))}}

@@ -256,6 +256,32 @@ def test_stop_during_start_ends_the_start_at_once(fake_llama_server, models, tmp
     assert not alive(runs(fake_llama_server)[0]["pid"]) and not supervisor_threads()
 
 
+def test_a_cancelled_wait_leaves_the_server_starting_and_a_second_wait_gets_it(fake_llama_server, models, tmp_path,
+                                                                                monkeypatch):
+    """A Stop while a managed server restarts ends the wait at once; the server is not killed mid-load (a large
+    model would not stop at once anyway) and the next answer waits for it."""
+    from specchat.engine.cancel import CancelToken
+    from specchat.remote.llama_server import StartWaitCancelled
+
+    monkeypatch.setenv("FAKE_LLAMA_LOAD_S", "2")
+    server = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path)
+    cancel = CancelToken()
+    threading.Timer(0.3, cancel.cancel).start()
+    began = time.monotonic()
+    with pytest.raises(StartWaitCancelled):
+        server.start(timeout_s=60, cancel=cancel)
+    assert time.monotonic() - began < 1.5  # heard within a slice of the cancel, not at the end of the load
+    pid = runs(fake_llama_server)[0]["pid"]
+    assert alive(pid)  # still loading
+    try:
+        url = server.wait_started()
+        assert httpx2.get(f"{url}/health", timeout=5).json() == {"status": "ok"}
+        assert len(runs(fake_llama_server)) == 1  # the same process: nothing was started twice
+    finally:
+        server.stop()
+    assert not alive(pid) and not supervisor_threads()
+
+
 def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(fake_llama_server, models, tmp_path,
                                                                        monkeypatch):
     taken = socket.socket()

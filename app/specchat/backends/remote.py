@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from specchat.engine.answer import AnswerEvent, AnswerRequest, Started
 from specchat.engine.cancel import CancelToken
-from specchat.engine.events import Done, Fallback, StopReason
+from specchat.engine.events import Done, Fallback, GenerationStats, StopReason
 from specchat.engine.phases import split_answer
 from specchat.engine.progress import ProgressSink
 from specchat.engine.settings import Mode
@@ -27,7 +27,7 @@ from specchat.errors import UserError
 from specchat.remote.chat import Cancel, stream_answer
 from specchat.remote.client import Capabilities, ServerClient
 from specchat.remote.errors import ServerError
-from specchat.remote.llama_server import MANAGED
+from specchat.remote.llama_server import MANAGED, StartWaitCancelled
 from specchat.remote.servers import Keychain, ServerConfig
 
 from .protocol import PairInfo, ServerReport
@@ -96,6 +96,9 @@ class RemoteBackend:
         self._samples: dict[str, list[Sample]] = {}  # per task, this backend's own answers (no store given)
         self._lost = ""  # why the managed server is gone (a switch that did not start again): every answer says it
         self._restart_s: float | None = None  # how long the last switch took (auto weighs its looks by it)
+        # a restart a Stop stopped waiting for: (the server, with its drafter, when it began); it goes on
+        # starting and the next answer waits for it
+        self._starting: tuple[ManagedServer, bool, float] | None = None
 
     @classmethod
     def open(cls, config: RemoteConfig, cancel: CancelToken, progress: ProgressSink | None = None) -> RemoteBackend:
@@ -152,9 +155,11 @@ class RemoteBackend:
             raise
         return cls(client, caps, process, label, spec)
 
-    def _switch(self, on: bool) -> None:
+    def _switch(self, on: bool, cancel: Cancel | None = None) -> None:
         """Restart the managed llama-server with its drafter (``on``) or without (plain decoding): the same
-        binary, target, context, threads and layers; ServerError (one line) when it does not come back."""
+        binary, target, context, threads and layers; ServerError (one line) when it does not come back.
+        A ``cancel`` (the answer's Stop) ends the wait at once with StartWaitCancelled; the server goes on
+        starting, and the next answer waits for it (:meth:`_come_back`)."""
         from specchat.remote.llama_server import ManagedServer
 
         spec, old = self._spec, self._process
@@ -167,21 +172,32 @@ class RemoteBackend:
         process = ManagedServer(old.binary, spec.target, spec.draft if on else None,
                                 spec_type=spec.spec_type if on else "none", n_ctx=spec.n_ctx, threads=spec.threads,
                                 gpu_layers=spec.gpu_layers, log_dir=old.log_dir)
+        self._starting = (process, on, began)
+        self._come_back(cancel, first=True)
+
+    def _come_back(self, cancel: Cancel | None, first: bool = False) -> None:
+        """Wait for the restart under way (:meth:`_switch`'s), then connect to it."""
+        assert self._starting is not None
+        process, on, began = self._starting
         try:
-            url = process.start()
+            url = process.start(cancel=cancel) if first else process.wait_started(cancel)
             client = ServerClient(ServerConfig(MANAGED, url))
             try:
-                caps = client.probe()
+                caps = client.probe()  # the server is up: one quick request
             except BaseException:
                 client.close()
                 raise
+        except StartWaitCancelled:
+            raise  # still starting: the next answer waits again
         except BaseException as exc:
+            self._starting = None
             process.stop()
             self._lost = (f"llama-server did not start again {'with' if on else 'without'} its drafter "
                           f"({exc if isinstance(exc, ServerError) else type(exc).__name__}): load the chat's pair again")
             if isinstance(exc, ServerError):
                 raise ServerError(self._lost) from None
             raise
+        self._starting = None
         self.client, self.caps, self._process = client, caps, process
         self._restart_s = time.monotonic() - began
 
@@ -199,9 +215,13 @@ class RemoteBackend:
         choice = self.auto.choose(request.task, samples, running, self._restart_s)
         return choice, (choice.on if choice.on != running else None)
 
+    @staticmethod
+    def _side(on: bool) -> str:
+        return "with its drafter" if on else "without its drafter (plain decoding)"
+
     def _switch_note(self, on: bool, choice: Choice | None) -> Fallback:
         """What the user reads while the server restarts (seconds for a large model), before the answer."""
-        side = "with its drafter" if on else "without its drafter (plain decoding)"
+        side = self._side(on)
         took = f"; the last restart took {self._restart_s:.1f} s" if self._restart_s is not None else ""
         why = f" ({choice.why})" if choice is not None else ""
         return Fallback(f"restarting llama-server {side}{why}{took}")
@@ -224,10 +244,17 @@ class RemoteBackend:
         if self._lost:
             raise ServerError(self._lost)
         yield Started(0, False)
-        choice, switch_to = self._auto_choice(request)
-        if switch_to is not None:
-            yield self._switch_note(switch_to, choice)
-            self._switch(switch_to)
+        try:
+            if self._starting is not None:  # a restart an earlier Stop left under way
+                yield Fallback(f"waiting for llama-server to come back {self._side(self._starting[1])}")
+                self._come_back(cancel)
+            choice, switch_to = self._auto_choice(request)
+            if switch_to is not None:
+                yield self._switch_note(switch_to, choice)
+                self._switch(switch_to, cancel)
+        except StartWaitCancelled:  # Stop while it restarts: the answer ends now, the server comes up meanwhile
+            yield Done(StopReason.CANCELLED, GenerationStats.empty(self.mode_label))
+            return
         note = self.baseline_note(request.mode)
         if note is not None:
             yield note
@@ -270,6 +297,9 @@ class RemoteBackend:
     def close(self) -> None:
         """Close the connection, and stop the server if this backend started it."""
         self.client.close()
+        if self._starting is not None:
+            self._starting[0].stop()
+            self._starting = None
         if self._process is not None:
             self._process.stop()
             self._process = None

@@ -20,6 +20,7 @@ import atexit
 import collections
 import contextlib
 import logging
+import math
 import os
 import re
 import shutil
@@ -50,6 +51,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("specchat")
 
+
+class StartWaitCancelled(ServerError):
+    """The wait for a starting llama-server was cancelled (a Stop); the server goes on starting."""
+
+
 MANAGED = "llama-server"  # a chat's backend value for the llama-server SpecChat starts itself
 HELP_TIMEOUT_S = 20.0
 HELP_MAX_BYTES = 1 << 20  # the real help is 50 kB; a binary that prints more is cut off
@@ -58,6 +64,7 @@ MAX_RESTARTS = 3  # restarts allowed in RESTART_WINDOW_S; one more crash is "fai
 RESTART_WINDOW_S = 60.0
 PORT_TRIES = 3  # a free port can be taken between our probe and the server's bind
 POLL_S = 0.1  # how often start polls /health and the supervisor polls the process
+WAIT_SLICE_S = 0.05  # how soon a wait for a start hears its cancel (a Stop during a restart)
 LOG_NAME = "llama-server.log"  # this run's output; the previous run's is LOG_NAME.1
 KEY_FILE = ".llama-server-api-key"
 STATES = ("starting", "ready", "crashed", "restarting", "failed", "stopped")
@@ -271,6 +278,8 @@ class ManagedServer:
         self._started = threading.Event()
         self._start_error: str | None = None
         self._stop_timeout = 10.0
+        self._give_up_at = math.inf  # when wait_started stops waiting for a start under way
+        self._start_timeout_s = 0.0
 
     # -- properties
 
@@ -345,11 +354,13 @@ class ManagedServer:
 
     # -- life
 
-    def start(self, timeout_s: float = 120) -> str:
+    def start(self, timeout_s: float = 120, cancel: CancelToken | None = None) -> str:
         """Start the server and wait until ``/health`` says ok; returns ``http://127.0.0.1:PORT``.
 
         Raises ServerError (the binary lacks a flag or spec type, the process exits while
-        starting: its log's last meaningful line, or it is not ready in ``timeout_s``).
+        starting: its log's last meaningful line, or it is not ready in ``timeout_s``).  A ``cancel``
+        that fires first raises :class:`StartWaitCancelled` within :data:`WAIT_SLICE_S`: the server goes on
+        starting (a model being loaded does not stop at once anyway), and :meth:`wait_started` waits again.
         """
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
@@ -375,13 +386,27 @@ class ManagedServer:
         self.last_error = None
         atexit.register(self.stop)
         with self._lock:  # the supervisor's first step waits for this lock: it sees its own thread here
-            thread = self._thread = start_daemon(self._run, help_, float(timeout_s),
-                                                 name=f"llama-server {self.target.name}")
+            self._thread = start_daemon(self._run, help_, float(timeout_s), name=f"llama-server {self.target.name}")
         # The supervisor's start is bounded by timeout_s (plus a stop's wait); this only guards
         # against a callback that never returns.
-        if not self._started.wait(timeout_s + self._stop_timeout + 30):
-            self.stop()
-            raise ServerError(f"llama-server for {self.target.name} did not start in {timeout_s:.0f} s")
+        self._give_up_at = time.monotonic() + timeout_s + self._stop_timeout + 30
+        self._start_timeout_s = timeout_s
+        return self.wait_started(cancel)
+
+    def wait_started(self, cancel: CancelToken | None = None) -> str:
+        """Wait for the start under way (:meth:`start`): its URL, or ServerError as :meth:`start` says;
+        :class:`StartWaitCancelled` when ``cancel`` fires first (nothing is stopped: wait again, or stop)."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            raise ServerError(f"llama-server for {self.target.name} is not starting; start it first")
+        while not self._started.wait(WAIT_SLICE_S):
+            if cancel is not None and cancel.cancelled:
+                raise StartWaitCancelled(f"llama-server for {self.target.name} is still starting")
+            if time.monotonic() > self._give_up_at:
+                self.stop()
+                raise ServerError(f"llama-server for {self.target.name} did not start in "
+                                  f"{self._start_timeout_s:.0f} s")
         if self._start_error is not None:
             thread.join()
             self._forget_thread()

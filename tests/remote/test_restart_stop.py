@@ -1,0 +1,95 @@
+"""Stop while ``auto`` restarts SpecChat's managed llama-server (with or without its drafter): the answer ends at
+once, nothing that was shown is lost, the server goes on coming up, and the next answer waits for it.
+
+The fake llama-server (tests/helpers/fake_llama_server.py) with a slow load stands in for a large model; the
+switch itself with the real server: tests/remote/test_server_auto_switch.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specchat.backends.remote import ManagedSpec, RemoteBackend
+from specchat.engine.answer import AnswerRequest
+from specchat.engine.cancel import CancelToken
+from specchat.engine.events import Done, Fallback, StopReason
+from specchat.engine.settings import Mode
+from specchat.metrics import Counts
+from specchat.remote.errors import ServerError
+
+HELLO = ({"role": "user", "content": "hi"},)
+OFF_FASTER = ((True, Counts.of_answer(101, 10.0)),) * 3 + ((False, Counts.of_answer(101, 5.0)),) * 3
+
+
+def pids(launcher: Path) -> list[int]:
+    path = launcher.parent / "runs.jsonl"
+    return [json.loads(line)["pid"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def backend(fake_llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("FAKE_LLAMA_SLOTS", "1")  # the fake says whether it drafts, as llama-server's /slots does
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"GGUF")
+    draft.write_bytes(b"GGUF")
+    spec = ManagedSpec(target, draft, spec_type="draft-simple", n_ctx=1024, binary=str(fake_llama_server),
+                       log_dir=tmp_path / "logs")
+    b = RemoteBackend._start_managed(spec, "llama-server")
+    assert b.auto is not None and b.caps.speculative
+    monkeypatch.setenv("FAKE_LLAMA_LOAD_S", "3")  # every restart from here loads for 3 s
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def stopped_during_the_restart(backend: RemoteBackend) -> tuple[list, float]:
+    cancel = CancelToken()
+    request = AnswerRequest(HELLO, mode=Mode.AUTO, max_tokens=8, task="chat", measured=OFF_FASTER)
+    threading.Timer(0.3, cancel.cancel).start()
+    began = time.monotonic()
+    events = list(backend.answer(request, cancel))
+    return events, time.monotonic() - began
+
+
+def test_stop_during_a_restart_ends_the_answer_at_once_and_the_next_answer_waits_for_the_server(
+        backend, fake_llama_server):
+    events, took = stopped_during_the_restart(backend)
+    assert took < 1.5  # not the 3 s of the load
+    notes = [e.reason for e in events if isinstance(e, Fallback)]
+    assert notes and notes[0].startswith("restarting llama-server without its drafter")
+    assert isinstance(events[-1], Done) and events[-1].stop_reason is StopReason.CANCELLED
+    first, second = pids(fake_llama_server)
+    assert not alive(first) and alive(second)  # the old server is gone, the new one goes on loading
+
+    again = backend.answer(AnswerRequest(HELLO, mode=Mode.AUTO, max_tokens=8, task="chat", measured=OFF_FASTER),
+                           CancelToken())
+    waiting = [e for e in again if isinstance(e, Fallback)][:1]  # up to the wait, before any streaming
+    assert waiting and waiting[0].reason == "waiting for llama-server to come back without its drafter (plain decoding)"
+    with contextlib.suppress(ServerError):  # it waits, then streams (the fake serves no answers)
+        for _ in again:
+            pass
+    assert backend.caps.speculative is False  # the server came back without its drafter: that one is used
+    assert pids(fake_llama_server) == [first, second]  # and it was not started a third time
+
+
+def test_closing_during_a_restart_stops_the_server_that_is_starting(backend, fake_llama_server):
+    events, _ = stopped_during_the_restart(backend)
+    assert events[-1].stop_reason is StopReason.CANCELLED
+    starting = pids(fake_llama_server)[-1]
+    assert alive(starting)
+    backend.close()
+    assert not alive(starting)
