@@ -154,3 +154,26 @@ def test_files_with_long_names_wrap_and_shorten_their_chips_in_the_message(qtbot
     assert len(message.file_chips.texts()) == 6 and within(message, viewport)
     assert all(within(chip, viewport) for chip in message.file_chips.findChildren(QWidget))
     assert names[0] in message.file_chips.findChildren(QWidget)[0].toolTip()  # the whole name
+
+
+def test_a_search_match_at_the_end_of_a_long_code_line_is_scrolled_into_the_block(qtbot, fake_app):
+    """Find in chat scrolls the conversation down to a match, and a code block that scrolls sideways across
+    to it: a match in the hidden part of a long line is shown, not left past the block's right edge."""
+    from specchat.ui.block_view import BlockView
+
+    line = LINE[:-20] + " # zanzibar_marker )"
+    app = fake_app()
+    chat = app.add_chat()
+    s = app.start(qtbot)
+    s.store.add_message(chat, "assistant", f"{PROSE}\n\n```python\n{line}\n```")
+    w = s.window
+    w.open_chat(chat)
+    w.telemetry.hide()
+    w.resize(834, 720)
+    settle(qtbot, w.pane.conversation)
+    w.chats.search.setText("zanzibar_marker")
+    qtbot.waitUntil(lambda: len(w.finder.matches) == 1, timeout=10_000)
+    block = w.finder.matches[0].label.parent()
+    assert isinstance(block, BlockView) and block.scrolls and block.bar is not None
+    # the match is in the line's last 20 characters: showing it scrolls the block all the way across
+    qtbot.waitUntil(lambda: block.bar.value() == block.bar.maximum() > 0, timeout=5_000)

@@ -100,6 +100,15 @@ class BlockView(QWidget):
         """Whether the block is wider than its view now, and has its scroll bar."""
         return self.bar is not None and not self.bar.isHidden()
 
+    def show_x(self, x: int) -> None:
+        """Scroll the block sideways so that ``x`` of its label (a search's match) is in view, a third in;
+        nothing where the block does not scroll."""
+        if not self.scrolls or self.bar is None:
+            return
+        left = self.bar.value()
+        if not left <= x < left + self.width():
+            self.bar.setValue(max(0, x - self.width() // 3))
+
     def _copy_line(self) -> QLabel:
         if self.copy_line is None:
             self.copy_line = text_label(self)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import QLabel
 
 from specchat.store.chats import search_words
 
+from .block_view import BlockView
 from .conversation import ConversationView
 from .theme import controller, current
 
@@ -187,6 +188,10 @@ class ChatFind(QObject):
         top = doc.documentLayout().blockBoundingRect(cursor.block()).top()
         line = cursor.block().layout().lineForTextPosition(cursor.positionInBlock())
         y = top + (line.y() + line.height() / 2 if line.isValid() else 0)
+        block = m.label.parent()
+        if isinstance(block, BlockView) and line.isValid():  # a long code line: its own block scrolls sideways
+            x = line.cursorToX(cursor.positionInBlock())
+            block.show_x(int(x[0] if isinstance(x, tuple) else x))
         self.conversation.show_point(m.label, QPoint(0, int(y)))
 
     def _restore(self) -> None:
