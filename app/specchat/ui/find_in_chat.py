@@ -190,8 +190,8 @@ class ChatFind(QObject):
         y = top + (line.y() + line.height() / 2 if line.isValid() else 0)
         block = m.label.parent()
         if isinstance(block, BlockView) and line.isValid():  # a long code line: its own block scrolls sideways
-            x = line.cursorToX(cursor.positionInBlock())
-            block.show_x(int(x[0] if isinstance(x, tuple) else x))
+            x = line.cursorToX(cursor.positionInBlock())  # PySide6 types it as object: a float
+            block.show_x(int(x[0] if isinstance(x, tuple) else float(x)))  # type: ignore[arg-type]
         self.conversation.show_point(m.label, QPoint(0, int(y)))
 
     def _restore(self) -> None:
