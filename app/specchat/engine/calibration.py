@@ -49,7 +49,7 @@ _BATCH = re.compile(r"[1-9][0-9]{0,3}")  # the batch sizes measured: 1 .. K+1, K
 def _key(model: LoadedModel, what: str) -> str:
     st = model.path.stat()
     raw = f"{CALIBRATION_VERSION}|{what}|{model.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|" \
-          f"{model.n_threads}|{model.options.n_gpu_layers}|{model.options.flash_attn}"
+          f"{model.threads_now}|{model.options.n_gpu_layers}|{model.options.flash_attn}"  # the threads it ran on
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 

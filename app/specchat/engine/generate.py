@@ -56,6 +56,8 @@ class LoopPair(Protocol):
     speculation_blocked: str
     threads: ThreadFit | None  # the decode threads fitted to the machine (None: a count the user chose)
 
+    def fit_threads(self) -> int: ...  # both models on the threads other work leaves free now
+
 _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
 
 
@@ -243,15 +245,11 @@ class PairDecodes:
 
     def fit_threads(self, pair: LoopPair) -> None:
         """Run the next decodes on the threads other work leaves free (engine/threads.py)."""
-        fit = pair.threads
-        if fit is None:
+        if pair.threads is None:  # a count the user chose
             return
-        n = fit.fit()
-        for model in (pair.target, pair.draft):
-            if model is not None:
-                model.set_threads(n)
-        fewest = min(n, self.threads[0]) if self.threads[0] else n
-        self.threads = (fewest, fit.most)
+        pair.fit_threads()
+        now, most = pair.target.threads_now, pair.target.n_threads  # what the target runs on, of what it could
+        self.threads = (min(now, self.threads[0]) if self.threads[0] else now, most)
 
     def commit_first(self, first: int) -> TokensEmitted:
         self.n_generated = 1

@@ -25,7 +25,7 @@ from .drafters import ModelDrafter, build_drafters
 from .events import Event
 from .generate import generate
 from .progress import LoadPhase, ProgressSink, report
-from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions
+from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions, default_threads
 from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
 from .threads import ThreadFit
 
@@ -62,6 +62,11 @@ class PairConfig:
         return replace(self, controller=self.controller.load_part())
 
 
+def _thread_fit(config: PairConfig) -> ThreadFit | None:
+    threads = config.target_options.n_threads
+    return None if threads else ThreadFit(default_threads())
+
+
 class SpeculativePair:
     def __init__(self, config: PairConfig, cancel: CancelToken | None = None,
                  progress: ProgressSink | None = None) -> None:
@@ -70,6 +75,10 @@ class SpeculativePair:
         config.controller.validate()
         cancelled = (lambda: cancel.cancelled) if cancel is not None else None
         self.config = config
+        # the decode threads fitted to what other work leaves free (judged from now: the load is ours), where
+        # the count was left to SpecChat; the calibration runs on them too (two threads beside two busy
+        # processes decode up to 40x slower than one: a load would take minutes)
+        self.threads = _thread_fit(config)
         if config.draft is not None:
             try:
                 verdict = check_pair(config.target, config.draft)
@@ -98,6 +107,7 @@ class SpeculativePair:
                 self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled,
                                          progress=report(progress, LoadPhase.DRAFT, Path(config.draft).name))
             what = "the draft" if self.draft is not None else Path(config.target).name
+            self.fit_threads()
             costs = calibrate(self.target, self.draft, k_max, config.calibration_cache, cancelled,
                               report(progress, LoadPhase.CALIBRATING, what),
                               MachineWatch(ours=self.target.n_threads),  # a busy machine's timings are judged
@@ -118,6 +128,7 @@ class SpeculativePair:
         """
         pair = cls.__new__(cls)
         pair.config, pair.target, pair.draft = config, target, draft
+        pair.threads = _thread_fit(config)
         try:
             config.controller.validate()
             pair._assemble(costs, ChatFormat.for_model(target))
@@ -137,8 +148,17 @@ class SpeculativePair:
         model = self.drafters.get(Drafter.MODEL)
         self.model_drafter = model if isinstance(model, ModelDrafter) else None
         self.chat_format = chat_format
-        # the decode threads fitted to what other work leaves free, where the count was left to SpecChat
-        self.threads = ThreadFit(self.target.n_threads) if not config.target_options.n_threads else None
+
+    def fit_threads(self) -> int:
+        """Run the next decodes of both models on the threads other work leaves free (engine/threads.py);
+        the count (the models' own where the user chose it)."""
+        if self.threads is None:
+            return self.target.threads_now
+        n = self.threads.fit()
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.set_threads(n)
+        return n
 
     def close(self) -> None:
         for m in (getattr(self, "draft", None), getattr(self, "target", None)):
