@@ -144,3 +144,43 @@ def test_a_pair_that_cannot_be_named_leaves_the_loaded_pair_named_in_the_status_
     assert window.pair_status.text().startswith("fake-target.gguf + fake-draft.gguf")
     window.open_chat(loaded)
     assert window.pane.notice.isHidden()
+
+
+class Restarting:
+    """A server backend whose answer restarts it without its drafter, as auto on the managed llama-server does."""
+
+    def __init__(self) -> None:
+        self.drafting = True
+
+    @property
+    def info(self) -> PairInfo:
+        from specchat.backends.protocol import ServerReport
+
+        said = "llama.cpp, drafting (draft-simple, up to 16 tokens)" if self.drafting else "llama.cpp, no drafting"
+        return PairInfo(target="t.gguf", draft=None, backend="llama.cpp at llama-server", n_ctx=2048,
+                        supports_reasoning_switch=True, speculation_blocked="", verify_ms={}, draft_ms=None,
+                        target_bytes=0, draft_bytes=0, server=ServerReport(said))
+
+    def answer(self, request, cancel):
+        yield Started(0, False)
+        self.drafting = False  # restarted without its drafter before this answer
+        yield Fallback("restarting llama-server without its drafter (plain decoding)")
+        yield from answer_events([R(0, 0, 0)] * 4)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_panels_server_line_follows_a_restart_that_turned_its_drafter_off(qtbot, fake_app, monkeypatch):
+    monkeypatch.setattr(session_module, "GenerationService",
+                        partial(session_module.GenerationService,
+                                open_backend=lambda config, cancel, progress=None: Restarting()))
+    app = fake_app()
+    app.add_chat()
+    s = app.start(qtbot)
+    panel = s.window.telemetry
+    qtbot.waitUntil(lambda: "drafting (draft-simple" in panel.backend_notes.text(), timeout=20_000)
+    send(qtbot, s.window.pane, "Hello.")
+    wait_idle(qtbot, s)
+    qtbot.waitUntil(lambda: "no drafting" in panel.backend_notes.text(), timeout=10_000)
+    assert s.answers.pair_info is not None and "no drafting" in s.answers.pair_info.server.summary

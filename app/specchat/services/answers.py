@@ -174,6 +174,7 @@ class AnswerService(QObject):
     pairLoading = Signal(str)  # what loads: the target's file name, or the server (its config's label)
     pairProgress = Signal(object)  # LoadProgress of the load under way (see load_progress)
     pairLoaded = Signal(object)  # PairInfo
+    pairInfoChanged = Signal(object)  # PairInfo: the loaded pair or server as an answer left it (a restart)
     pairFailed = Signal(str)
     idle = Signal()  # the last answer in line ended: a view may preload the pair of the chat it shows
 
@@ -197,6 +198,7 @@ class AnswerService(QObject):
         self._closed = False
         service.engineEvent.connect(self._on_event)
         service.pairLoaded.connect(self._on_pair_loaded)
+        service.pairInfoChanged.connect(self._on_pair_info)
         service.pairFailed.connect(self._on_pair_failed)
         service.loadProgress.connect(self._on_load_progress)
         self._flush = QTimer(self, interval=FLUSH_MS)
@@ -474,6 +476,12 @@ class AnswerService(QObject):
         live = self._current
         if isinstance(live, LiveAnswer) and live.phase is Phase.LOADING:
             self.changed.emit(live.chat_id)  # its footer says how far the load it waits for is
+
+    def _on_pair_info(self, info: PairInfo) -> None:
+        if self._closed or self.pair_info is None:  # no pair said loaded: a load's own word comes with it
+            return
+        self.pair_info = info
+        self.pairInfoChanged.emit(info)
 
     def _on_pair_loaded(self, info: PairInfo) -> None:
         if self._closed:  # a load that ended as the app closed: its store is gone, nothing waits for it

@@ -178,6 +178,7 @@ class MainWindow(QMainWindow):
         self.pane.header.presetsRequested.connect(self.open_presets)
         self.answers.pairLoading.connect(lambda name: self.pair_status.setText(f"loading {name}…"))
         self.answers.pairLoaded.connect(self._on_pair_loaded)
+        self.answers.pairInfoChanged.connect(self._on_pair_info)  # a server auto restarted: its line follows
         self.answers.pairFailed.connect(self._on_pair_failed)
         self.answers.finished.connect(lambda *_: self.chats.refresh())
         # the finished answer renders anew (its last text, its footer): the search's highlight with it, after it
@@ -326,6 +327,10 @@ class MainWindow(QMainWindow):
         self._show_pair(info)
         if info.speculation_blocked:
             self.pane.show_notice(f"speculation off: {info.speculation_blocked}")
+
+    def _on_pair_info(self, info: PairInfo) -> None:
+        self.telemetry.set_backend(info)
+        self._show_pair(info)
 
     def _show_pair(self, info: PairInfo | None) -> None:
         self.pair_status.setText("no model loaded" if info is None else

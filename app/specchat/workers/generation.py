@@ -69,6 +69,7 @@ class GenerationWorker(QObject):
     """Lives in the generation thread; its slots run there."""
 
     pairLoaded = Signal(object)  # PairInfo
+    pairInfoChanged = Signal(object)  # PairInfo: the loaded backend after an answer changed it (a server restarted)
     pairFailed = Signal(str)
     loadProgress = Signal(int, object)  # load id, LoadProgress (throttled: ~10 a second at most)
     # not "event": that name is QObject.event(), the virtual through which Qt delivers every event
@@ -78,6 +79,7 @@ class GenerationWorker(QObject):
         super().__init__()
         self._open = open_backend
         self._backend: Backend | None = None
+        self._info: PairInfo | None = None  # what the backend was last said to be
         self._files: tuple[Path, ...] = ()  # the loaded backend's model files that llama.cpp runs here
         self._label = ""
         self._nice = nice
@@ -117,7 +119,7 @@ class GenerationWorker(QObject):
         if cancel.cancelled:  # given up while the last step ran: never report a superseded backend
             self.unload()
             return
-        info = backend.info
+        info = self._info = backend.info
         if cancel.cancelled:
             self.unload()
             return
@@ -142,6 +144,20 @@ class GenerationWorker(QObject):
             self._fail(rid, str(exc))
         except Exception as exc:  # every worker exception becomes an error event
             self._fail_unexpectedly(rid, exc)
+        self._tell_info()
+
+    def _tell_info(self) -> None:
+        """The backend as it is after an answer, when that is not what was said (auto restarted the managed
+        llama-server with or without its drafter: the panel's server line follows)."""
+        if self._backend is None:
+            return
+        try:
+            info = self._backend.info
+        except Exception:  # noqa: BLE001 (a backend that cannot say: the last word stands)
+            return
+        if info != self._info:
+            self._info = info
+            self.pairInfoChanged.emit(info)
 
     def _fail_unexpectedly(self, rid: int, exc: Exception) -> None:
         """A bug, not the user's input: the traceback goes to the terminal, one line to the chat."""
@@ -162,6 +178,7 @@ class GenerationService(QObject):
 
     # forwarded from the worker (queued into the GUI thread)
     pairLoaded = Signal(object)
+    pairInfoChanged = Signal(object)
     pairFailed = Signal(str)
     engineEvent = Signal(int, object)
     loadProgress = Signal(object)  # LoadProgress of the newest load (a superseded load's never comes)
@@ -192,6 +209,7 @@ class GenerationService(QObject):
         self._generate.connect(self._worker.generate)
         self._unload.connect(self._worker.unload)
         self._worker.pairLoaded.connect(self.pairLoaded)
+        self._worker.pairInfoChanged.connect(self.pairInfoChanged)
         self._worker.pairFailed.connect(self.pairFailed)
         self._worker.engineEvent.connect(self._on_event)
         self._worker.loadProgress.connect(self._on_progress)
