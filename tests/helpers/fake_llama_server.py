@@ -8,6 +8,8 @@ environment variables what to do:
 - ``FAKE_LLAMA_STATE``: a directory; every run appends one JSON line (pid, port, argv,
   the api key file's contents) to ``runs.jsonl`` there;
 - ``FAKE_LLAMA_LOAD_S``: seconds of 503 before 200 (default 0.3);
+- ``FAKE_LLAMA_READY_FILE``: a path; "loading" (503) until a file is there, for a test that must act
+  while the model loads, whatever the machine's load;
 - ``FAKE_LLAMA_SLOTS``: also serve ``/v1/models`` and ``/slots`` (whether it drafts), so that SpecChat's
   client probes it as a llama-server (it serves no answers);
 - ``FAKE_LLAMA_FAIL``: a line to log before exiting 1 while "loading";
@@ -136,7 +138,8 @@ def main(argv: list[str]) -> int:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/health":
-                loading = time.monotonic() < ready_at
+                held = os.environ.get("FAKE_LLAMA_READY_FILE")  # loading until this file exists
+                loading = time.monotonic() < ready_at or bool(held and not Path(held).exists())
                 code, body = (503, {"error": {"code": 503, "message": "Loading model"}}) if loading \
                     else (200, {"status": "ok"})
             elif self.path == "/v1/models" and os.environ.get("FAKE_LLAMA_SLOTS"):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers.procs import alive
 from specchat.backends.remote import ManagedSpec, RemoteBackend
 from specchat.engine.answer import AnswerRequest
 from specchat.engine.cancel import CancelToken
@@ -31,14 +31,6 @@ def pids(launcher: Path) -> list[int]:
     return [json.loads(line)["pid"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.fixture
 def backend(fake_llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("FAKE_LLAMA_SLOTS", "1")  # the fake says whether it drafts, as llama-server's /slots does
@@ -49,31 +41,36 @@ def backend(fake_llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
                        log_dir=tmp_path / "logs")
     b = RemoteBackend._start_managed(spec, "llama-server")
     assert b.auto is not None and b.caps.speculative
-    monkeypatch.setenv("FAKE_LLAMA_LOAD_S", "3")  # every restart from here loads for 3 s
+    # every restart from here loads until the test lets it (tmp_path/ready), however slow the machine
+    monkeypatch.setenv("FAKE_LLAMA_READY_FILE", str(tmp_path / "ready"))
     try:
         yield b
     finally:
         b.close()
 
 
-def stopped_during_the_restart(backend: RemoteBackend) -> tuple[list, float]:
+def stopped_during_the_restart(backend: RemoteBackend) -> list:
+    """An auto answer that restarts the server without its drafter, stopped once the restart is under way."""
     cancel = CancelToken()
     request = AnswerRequest(HELLO, mode=Mode.AUTO, max_tokens=8, task="chat", measured=OFF_FASTER)
-    threading.Timer(0.3, cancel.cancel).start()
-    began = time.monotonic()
-    events = list(backend.answer(request, cancel))
-    return events, time.monotonic() - began
+    events = []
+    for ev in backend.answer(request, cancel):
+        events.append(ev)
+        if isinstance(ev, Fallback):  # "restarting llama-server …": the restart begins after this
+            threading.Timer(0.3, cancel.cancel).start()
+    return events
 
 
 def test_stop_during_a_restart_ends_the_answer_at_once_and_the_next_answer_waits_for_the_server(
-        backend, fake_llama_server):
-    events, took = stopped_during_the_restart(backend)
-    assert took < 1.5  # not the 3 s of the load
+        backend, fake_llama_server, tmp_path):
+    events = stopped_during_the_restart(backend)  # it returns while the new server still loads
     notes = [e.reason for e in events if isinstance(e, Fallback)]
     assert notes and notes[0].startswith("restarting llama-server without its drafter")
     assert isinstance(events[-1], Done) and events[-1].stop_reason is StopReason.CANCELLED
     first, second = pids(fake_llama_server)
     assert not alive(first) and alive(second)  # the old server is gone, the new one goes on loading
+    assert not (tmp_path / "ready").exists()  # so the answer ended before its load did
+    (tmp_path / "ready").touch()
 
     again = backend.answer(AnswerRequest(HELLO, mode=Mode.AUTO, max_tokens=8, task="chat", measured=OFF_FASTER),
                            CancelToken())
@@ -87,7 +84,7 @@ def test_stop_during_a_restart_ends_the_answer_at_once_and_the_next_answer_waits
 
 
 def test_closing_during_a_restart_stops_the_server_that_is_starting(backend, fake_llama_server):
-    events, _ = stopped_during_the_restart(backend)
+    events = stopped_during_the_restart(backend)
     assert events[-1].stop_reason is StopReason.CANCELLED
     starting = pids(fake_llama_server)[-1]
     assert alive(starting)

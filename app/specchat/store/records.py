@@ -227,22 +227,22 @@ def _drafter_rows(value: object) -> tuple[tuple[str, int, int], ...]:
     return tuple((_text(n), _count(d), _count(a)) for n, d, a in value)
 
 
-def _id_span(value: object) -> tuple[int, int]:
+def _ordered_pair(value: object, first_name: str, last_name: str, order: str) -> tuple[int, int]:
+    """Two counts from 1, the first not above the last (``order`` says it in the error's words)."""
     if not isinstance(value, list) or len(value) != 2:
-        raise ValueError(f"must be [first id, last id], got {_shown(value)}")
+        raise ValueError(f"must be [{first_name}, {last_name}], got {_shown(value)}")
     first, last = _count(value[0]), _count(value[1])
     if not 1 <= first <= last:
-        raise ValueError(f"must be [first id, last id] from 1, first not after last, got {_shown(value)}")
+        raise ValueError(f"must be [{first_name}, {last_name}] from 1, {order}, got {_shown(value)}")
     return first, last
 
 
+def _id_span(value: object) -> tuple[int, int]:
+    return _ordered_pair(value, "first id", "last id", "first not after last")
+
+
 def _thread_pair(value: object) -> tuple[int, int]:
-    if not isinstance(value, list) or len(value) != 2:
-        raise ValueError(f"must be [fewest, most], got {_shown(value)}")
-    fewest, most = _count(value[0]), _count(value[1])
-    if not 1 <= fewest <= most:
-        raise ValueError(f"must be [fewest, most] from 1, fewest not above most, got {_shown(value)}")
-    return fewest, most
+    return _ordered_pair(value, "fewest", "most", "fewest not above most")
 
 
 def _shown(value: object) -> str:
