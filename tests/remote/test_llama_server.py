@@ -254,10 +254,10 @@ def test_a_cancelled_wait_leaves_the_server_starting_and_a_second_wait_gets_it(f
     server = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path)
     cancel = CancelToken()
     threading.Timer(0.3, cancel.cancel).start()
-    with pytest.raises(StartWaitCancelled):
-        server.start(timeout_s=60, cancel=cancel)
-    pid = runs(fake_llama_server)[0]["pid"]
-    try:
+    try:  # whatever fails, no server is left for the next tests
+        with pytest.raises(StartWaitCancelled):
+            server.start(timeout_s=60, cancel=cancel)
+        pid = runs(fake_llama_server)[0]["pid"]
         assert alive(pid) and server.state == "starting"  # the wait ended while the model still loaded
         ready.touch()
         url = server.wait_started()
