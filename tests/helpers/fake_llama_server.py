@@ -8,6 +8,7 @@ environment variables what to do:
 - ``FAKE_LLAMA_STATE``: a directory; every run appends one JSON line (pid, port, argv,
   the api key file's contents) to ``runs.jsonl`` there;
 - ``FAKE_LLAMA_LOAD_S``: seconds of 503 before 200 (default 0.3);
+- ``FAKE_LLAMA_START_DELAY_S``: seconds before it does anything (a machine too loaded to start it at once);
 - ``FAKE_LLAMA_READY_FILE``: a path; "loading" (503) until a file is there, for a test that must act
   while the model loads, whatever the machine's load;
 - ``FAKE_LLAMA_SLOTS``: also serve ``/v1/models`` and ``/slots`` (whether it drafts), so that SpecChat's
@@ -125,6 +126,7 @@ def main(argv: list[str]) -> int:
     if os.environ.get("FAKE_LLAMA_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     host, port = arg(argv, "--host", default="127.0.0.1"), int(arg(argv, "--port", default="8080"))
+    time.sleep(float(os.environ.get("FAKE_LLAMA_START_DELAY_S", "0")))  # a process slow to start (a loaded machine)
     state = Path(os.environ.get("FAKE_LLAMA_STATE", "."))
     runs = state / "runs.jsonl"
     run_number = (len(runs.read_text().splitlines()) if runs.exists() else 0) + 1

@@ -44,6 +44,6 @@ def fake_llama_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("FAKE_LLAMA_STATE", str(home))
     for var in ("FAKE_LLAMA_LOAD_S", "FAKE_LLAMA_FAIL", "FAKE_LLAMA_CRASHES", "FAKE_LLAMA_CRASH_AFTER_S",
-                "FAKE_LLAMA_IGNORE_TERM", "FAKE_LLAMA_OMIT", "FAKE_LLAMA_SLOTS", "FAKE_LLAMA_READY_FILE"):
+                "FAKE_LLAMA_IGNORE_TERM", "FAKE_LLAMA_OMIT", "FAKE_LLAMA_SLOTS", "FAKE_LLAMA_READY_FILE", "FAKE_LLAMA_START_DELAY_S"):
         monkeypatch.delenv(var, raising=False)
     return launcher

@@ -251,9 +251,12 @@ def test_a_cancelled_wait_leaves_the_server_starting_and_a_second_wait_gets_it(f
 
     ready = tmp_path / "ready"
     monkeypatch.setenv("FAKE_LLAMA_READY_FILE", str(ready))  # it loads until the test says
+    monkeypatch.setenv("FAKE_LLAMA_START_DELAY_S", "1")  # and is slow to start, as on a loaded machine
     server = ManagedServer(fake_llama_server, models[0], log_dir=tmp_path)
     cancel = CancelToken()
-    threading.Timer(0.3, cancel.cancel).start()
+    # Stop once the process runs (it says so in runs.jsonl): on a loaded machine it can take seconds to start
+    threading.Thread(target=lambda: wait_for(lambda: bool(runs(fake_llama_server)), 60) and cancel.cancel(),
+                     daemon=True).start()
     try:  # whatever fails, no server is left for the next tests
         with pytest.raises(StartWaitCancelled):
             server.start(timeout_s=60, cancel=cancel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,27 +44,36 @@ def backend(fake_llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert b.auto is not None and b.caps.speculative
     # every restart from here loads until the test lets it (tmp_path/ready), however slow the machine
     monkeypatch.setenv("FAKE_LLAMA_READY_FILE", str(tmp_path / "ready"))
+    monkeypatch.setenv("FAKE_LLAMA_START_DELAY_S", "1")  # and starts slowly, as on a loaded machine
     try:
         yield b
     finally:
         b.close()
 
 
-def stopped_during_the_restart(backend: RemoteBackend) -> list:
-    """An auto answer that restarts the server without its drafter, stopped once the restart is under way."""
+def stopped_during_the_restart(backend: RemoteBackend, launcher: Path) -> list:
+    """An auto answer that restarts the server without its drafter, stopped once the new server runs (it says so
+    in runs.jsonl: on a loaded machine a process can take seconds to start)."""
     cancel = CancelToken()
     request = AnswerRequest(HELLO, mode=Mode.AUTO, max_tokens=8, task="chat", measured=OFF_FASTER)
-    events = []
-    for ev in backend.answer(request, cancel):
-        events.append(ev)
-        if isinstance(ev, Fallback):  # "restarting llama-server …": the restart begins after this
-            threading.Timer(0.3, cancel.cancel).start()
-    return events
+    started = len(pids(launcher))
+    threading.Thread(target=lambda: _when(lambda: len(pids(launcher)) > started) and cancel.cancel(),
+                     daemon=True).start()
+    return list(backend.answer(request, cancel))
+
+
+def _when(condition, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_stop_during_a_restart_ends_the_answer_at_once_and_the_next_answer_waits_for_the_server(
         backend, fake_llama_server, tmp_path):
-    events = stopped_during_the_restart(backend)  # it returns while the new server still loads
+    events = stopped_during_the_restart(backend, fake_llama_server)  # it returns while the new server still loads
     notes = [e.reason for e in events if isinstance(e, Fallback)]
     assert notes and notes[0].startswith("restarting llama-server without its drafter")
     assert isinstance(events[-1], Done) and events[-1].stop_reason is StopReason.CANCELLED
@@ -84,7 +94,7 @@ def test_stop_during_a_restart_ends_the_answer_at_once_and_the_next_answer_waits
 
 
 def test_closing_during_a_restart_stops_the_server_that_is_starting(backend, fake_llama_server):
-    events = stopped_during_the_restart(backend)
+    events = stopped_during_the_restart(backend, fake_llama_server)
     assert events[-1].stop_reason is StopReason.CANCELLED
     starting = pids(fake_llama_server)[-1]
     assert alive(starting)
