@@ -321,6 +321,37 @@ def test_a_new_answer_tries_the_draft_model_again_after_an_answer_where_it_lost(
     assert sum(drafted) >= 30 and drafted[-1] >= 4  # and kept, drafting deeper as it is right
 
 
+def test_a_probe_of_the_draft_model_drafts_as_far_as_the_draft_is_sure_not_one_token():
+    """A one-token probe taught one token of evidence: on the H100 profile a JSON answer after a chat
+    stayed plain (auto 0.78x of K = 6).  The draft's own confidence is free evidence: the probe may
+    draft up to the longest draft, stopping at the first token the draft is not near-sure of."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089}
+    c = controller(h100, 0.0011)
+    for _ in range(16):  # a chat where the draft was never right
+        c.windows[Drafter.MODEL].add(Counts.of_round(4, 4, 0))
+    c.start_answer()  # a new answer: the draft model is untried in it
+    probe = c.plan(Mode.AUTO, {"model": 8})
+    assert probe.probe and probe.drafter == "model"
+    assert probe.k == 8 and probe.p_min == 0.9
+
+
+def test_a_drafter_that_drafts_one_round_at_a_time_is_not_reassumed_to_stay_at_each_answer():
+    """What a change of verify size is shared by is learned from whole runs; a new answer used to pull it
+    back toward the prior (8 rounds), so lookup's weak proposals paid for a change and back every answer."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for _ in range(6):  # answers where lookup drafted one round at a time, right about half the time
+        c.start_answer()
+        for accepted in [2, 1, 0, 3] * 3:
+            c.observe(Mode.LOOKUP, Plan("lookup", 4, match=4), round_stats("lookup", 4, 4, accepted, verify=0.0070))
+            c.observe(Mode.LOOKUP, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    c.start_answer()
+    # from one row, the change to 5 and back is paid by one round: not worth it
+    assert c.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4, held=1, change_s=0.0037) == Plan("none", 0)
+    # held at 5 already, the same proposal pays
+    assert c.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4, held=5, change_s=0.0037).drafter == "lookup"
+
+
 def test_an_earlier_answers_rounds_weigh_less_in_the_estimate():
     c = controller(GPU, GPU_DRAFT)
     w = c.windows[Drafter.MODEL]

@@ -185,9 +185,9 @@ class DrafterKind:
     match_classes: bool = False  # its acceptance is learned per class of the offer's match (one such drafter)
     probe_scale: int = 1  # auto re-probes it every probe_interval_tokens x this ...
     probe_min_gain: float = 0.0  # ... and only where its best case beats plain by this much (0: always)
-    # rounds it is assumed to draft in a row before it has run, and what each answer's start brings its
-    # estimate back toward (controller.DraftController._stay): a draft model that pays drafts round after
-    # round; prompt lookup's copies come as one long proposal between rounds it has nothing to offer
+    # rounds it is assumed to draft in a row before it has run (controller.DraftController._stay, then
+    # learned from its whole runs): a draft model that pays drafts round after round; prompt lookup's
+    # copies come as one long proposal between rounds it has nothing to offer
     stay_prior: float = 8.0
 
 

@@ -73,10 +73,14 @@ class VerifyShape:
     def change_s(self) -> float:
         return CALLS_PER_CHANGE * self._recapture()
 
-    def size_for(self, needed: int, room: int) -> int:
+    def size_for(self, needed: int, room: int, *, probe: bool = False) -> int:
         """The batch size for a round that needs ``needed`` rows, at most ``room`` (the context's
-        free cells); never less than ``needed``."""
+        free cells); never less than ``needed``.  A ``probe`` (one round the controller drafts to
+        learn, not to stay) that needs more than the held size gets its rows for that round only:
+        growing for it left the rounds after it padded until the waste paid for a change back."""
         held = self.size
+        if probe and needed > held:
+            return self._give(needed)
         if needed >= held:
             self._waste, self._largest = 0.0, 0
             held = needed
@@ -88,7 +92,9 @@ class VerifyShape:
         if held != self.size:
             self.changes += self.size != 0
             self.size = held
-        given = max(needed, min(self.size, room))
+        return self._give(max(needed, min(self.size, room)))
+
+    def _give(self, given: int) -> int:
         self.fresh = not (given == self._given[0] == self._given[1])
         self._given = (given, self._given[0])
         return given
