@@ -33,6 +33,9 @@ class RepeatLast:
     def start(self) -> None:
         pass
 
+    def forget(self) -> None:
+        pass
+
     def prefill(self, prompt: list[int]) -> None:
         pass
 

@@ -88,6 +88,19 @@ def test_lookup_copies_the_answer_before_when_a_prompt_is_asked_again():
     assert _answer(fresh, prompt, answer) == first  # the first answer of a drafter is as before
 
 
+def test_forget_drops_the_earlier_answers_so_a_prompt_asked_again_is_drafted_as_new():
+    """The bench's --first-sight: a repeat measured as a first question, not as a copy of the run before."""
+    prompt, answer = [1, 2, 3, 4, 5], list(range(100, 160))
+    drafter = PromptLookupDrafter(3, k_max=8)
+    first = _answer(drafter, prompt, answer)
+    drafter.forget()  # before the next answer's start, which would remember the last context
+    assert _answer(drafter, prompt, answer) == first
+    _answer(drafter, prompt, answer)
+    drafter.start()  # remembered ...
+    drafter.forget()  # ... and forgotten
+    assert _answer(drafter, prompt, answer) == first
+
+
 def test_the_current_context_wins_over_the_memory_at_equal_length():
     drafter = PromptLookupDrafter(2, k_max=4)
     _answer(drafter, [7, 8], [1, 2, 50, 51, 52, 53])  # remembered: 1 2 -> 50 51 ...

@@ -209,6 +209,10 @@ def build_parser(config: AppConfig | None = None) -> argparse.ArgumentParser:
                             "or 'both' free and held (task 'json+schema'); default off")
     bench.add_argument("--task", default=None, metavar="TAGS",
                        help="only the prompts of these tasks, comma-separated (e.g. json)")
+    bench.add_argument("--first-sight", action="store_true",
+                       help="empty prompt lookup's memory of earlier answers before every run, so each is "
+                            "measured as a session's first question; without it a repeat (or a prompt whose "
+                            "answer resembles an earlier one) can copy an earlier answer, as Regenerate does")
 
     sim = sub.add_parser("simulate", help="replay an agreement trace against a cost profile, with the real controller")
     sim.add_argument("--trace", type=Path, action="append", default=[], metavar="FILE",
@@ -354,7 +358,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specchat.engine.controller import CostModel
     from specchat.engine.runtime import backend_info
     from specchat.engine.settings import Mode
-    from specchat.harness.bench import format_table, run_bench, summarize
+    from specchat.harness.bench import format_table, memory_line, run_bench, summarize
     from specchat.harness.suite import SuiteError, load_suite, with_schemas
 
     try:
@@ -386,6 +390,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"target {args.target.name}" + (f", draft {args.draft.name}" if args.draft else "")
               + f"; backend {info['backend']}, threads {pair.target.n_threads}, ctx {pair.target.n_ctx}, "
               f"temp {sampling.temperature}, max tokens {args.max_tokens}, repeat {args.repeat}", flush=True)
+        print(memory_line(modes, args.first_sight), flush=True)
         c = pair.costs
         print("calibration: verify " + ", ".join(f"{n} tok {v * 1e3:.1f} ms" for n, v in sorted(c.verify_s.items()))
               + (f"; draft token {c.draft_s['model'] * 1e3:.1f} ms" if "model" in c.draft_s else ""), flush=True)
@@ -400,7 +405,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         reference = args.reference and Mode.BASELINE in modes
         rounds: list = []
         runs, refs = run_bench(pair, prompts, modes, max_tokens=args.max_tokens, repeat=args.repeat,
-                               sampling=sampling, reference=reference, progress=progress, rounds=rounds)
+                               sampling=sampling, reference=reference, progress=progress, rounds=rounds,
+                               first_sight=args.first_sight)
         rows = summarize(runs, modes)
         print(format_table(rows))
         if refs:
@@ -414,7 +420,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "target": args.target.name, "draft": args.draft.name if args.draft else None,
                 "backend": info["backend"], "llama_cpp_python": info["llama_cpp_python"],
                 "threads": pair.target.n_threads, "ctx": pair.target.n_ctx, "temp": sampling.temperature,
-                "max_tokens": args.max_tokens, "repeat": args.repeat,
+                "max_tokens": args.max_tokens, "repeat": args.repeat, "first_sight": args.first_sight,
                 "calibration": calibrated,
                 "costs_at_end": {"verify_s": c.verify_s, "draft_s": c.draft_s},
                 "reference": [asdict(r) for r in refs],

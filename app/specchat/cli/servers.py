@@ -173,7 +173,7 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
     from specchat.cli.common import load_pair_from_args as _load_pair
     from specchat.cli.common import models_from_args as _models
     from specchat.engine.settings import Mode
-    from specchat.harness.bench import format_table, local_runner, summarize
+    from specchat.harness.bench import format_table, local_runner, memory_line, summarize
 
     args.sampling = sampling
     local = bool(args.target or args.pair)
@@ -181,11 +181,13 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
         raise CliError("mode 'draft' needs a draft model: --draft FILE, or a pair with one")
     pair = _load_pair(args) if local else None
     with pair if pair is not None else nullcontext():
-        contenders = [(m.value, local_runner(pair, m, max_tokens=args.max_tokens, sampling=sampling))
+        contenders = [(m.value, local_runner(pair, m, max_tokens=args.max_tokens, sampling=sampling,
+                                             first_sight=args.first_sight))
                       for m in modes] if pair is not None else []
         if pair is not None:
             print(f"local: target {args.target.name}" + (f", draft {args.draft.name}" if args.draft else "")
                   + f"; threads {pair.target.n_threads}, ctx {pair.target.n_ctx}", flush=True)
+            print(memory_line(modes, args.first_sight, servers=True), flush=True)
         runs = bench_servers(args, prompts, contenders, format_table)
     labels = [label for label in [m.value for m in modes] if local] + \
         [label for label, _ in server_labels(args)]
@@ -200,6 +202,6 @@ def bench_with_servers(args: argparse.Namespace, prompts, modes, sampling) -> in
                "target": args.target.name if local else None,
                "draft": args.draft.name if local and args.draft else None,
                "temp": sampling.temperature, "max_tokens": args.max_tokens, "repeat": args.repeat,
-               "base": base, "summary": [asdict(r) for r in rows], "runs": [r.to_json() for r in runs]}
+               "first_sight": args.first_sight, "base": base, "summary": [asdict(r) for r in rows], "runs": [r.to_json() for r in runs]}
         args.json.write_text(json.dumps(doc, indent=1))
     return 0

@@ -98,6 +98,9 @@ class ModelDrafter:
     def start(self) -> None:
         """Nothing per answer: its cache follows the context (``propose`` keeps what matches)."""
 
+    def forget(self) -> None:
+        """Nothing to forget: what it drafts comes from the draft model, not from earlier answers."""
+
     def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
         """Up to ``k_max`` tokens, drafted only if chosen (what it would draft costs decodes)."""
         return Offer(min(k_cap, settings.k_max))
@@ -273,6 +276,12 @@ class PromptLookupDrafter:
 
     def start(self) -> None:
         self.remember()
+        self.reset()
+
+    def forget(self) -> None:
+        """Drop every context it has seen (what Regenerate copies from), the last answer's too: :meth:`start`
+        would remember that one."""
+        self._past.clear()
         self.reset()
 
     def prefill(self, prompt: list[int]) -> None:

@@ -76,6 +76,9 @@ class LiveDrafter(Protocol):
     def start(self) -> None:
         """A new answer begins (called for every drafter the pair has, used or not)."""
 
+    def forget(self) -> None:
+        """Drop what it kept of earlier answers: the next answer drafts as a session's first would."""
+
     def prefill(self, prompt: list[int]) -> None:
         """The answer's prompt, while the target decodes it (only if the answer may use it)."""
 

@@ -149,6 +149,12 @@ class SpeculativePair:
         self.model_drafter = model if isinstance(model, ModelDrafter) else None
         self.chat_format = chat_format
 
+    def forget_answers(self) -> None:
+        """Every drafter drops what it kept of earlier answers (prompt lookup's memory): the next answer
+        is drafted as a session's first question would be (the bench's ``--first-sight``)."""
+        for drafter in self.drafters.values():
+            drafter.forget()
+
     def fit_threads(self) -> int:
         """Run the next decodes of both models on the threads other work leaves free (engine/threads.py);
         the count (the models' own where the user chose it)."""

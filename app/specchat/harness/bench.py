@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from specchat import metrics
 from specchat.engine.events import Done, Error, Event, Fallback, RoundStats, TokensEmitted
 from specchat.engine.pair import SpeculativePair
-from specchat.engine.settings import Mode, SamplingSettings, Structured, StructuredOutput
+from specchat.engine.settings import Drafter, Mode, SamplingSettings, Structured, StructuredOutput
 from specchat.metrics import Counts, CountsView
+from specchat.modes import MODE_DRAFTERS
 
 from .suite import BenchPrompt
 
@@ -75,10 +76,10 @@ class BenchRow:
 
 
 def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int, *, max_tokens: int,
-            sampling: SamplingSettings, rounds: list[RoundStats] | None = None) -> BenchRun:
+            sampling: SamplingSettings, rounds: list[RoundStats] | None = None, first_sight: bool = False) -> BenchRun:
     """One generation from cold caches; its rounds are appended to ``rounds`` when given."""
-    return collect_run(local_runner(pair, mode, max_tokens=max_tokens, sampling=sampling)(prompt), mode.value,
-                       prompt, repeat, rounds=rounds)
+    runner = local_runner(pair, mode, max_tokens=max_tokens, sampling=sampling, first_sight=first_sight)
+    return collect_run(runner(prompt), mode.value, prompt, repeat, rounds=rounds)
 
 
 Runner = Callable[[BenchPrompt], Iterable[Event]]
@@ -92,8 +93,25 @@ def prompt_sampling(prompt: BenchPrompt, sampling: SamplingSettings) -> Sampling
     return replace(sampling, structured=StructuredOutput(Structured.JSON_SCHEMA, prompt.schema))
 
 
-def local_runner(pair: SpeculativePair, mode: Mode, *, max_tokens: int, sampling: SamplingSettings) -> Runner:
+def memory_line(modes: Sequence[Mode], first_sight: bool, *, servers: bool = False) -> str:
+    """What the bench's header says of prompt lookup's memory of earlier answers (it can copy one)."""
+    if not any(Drafter.LOOKUP in MODE_DRAFTERS[m] for m in modes):
+        return "lookup memory: no mode here uses prompt lookup"
+    if first_sight:
+        return ("lookup memory: emptied before every run (--first-sight): each is measured as a session's first "
+                "question" + ("; a server keeps its own (llama-server's ngram-mod pool)" if servers else ""))
+    return ("lookup memory: kept across runs: a repeat, or a prompt whose answer resembles an earlier one, can copy "
+            "it as Regenerate does (--first-sight measures every run as new)")
+
+
+def local_runner(pair: SpeculativePair, mode: Mode, *, max_tokens: int, sampling: SamplingSettings,
+                 first_sight: bool = False) -> Runner:
+    """``first_sight``: every run starts with prompt lookup's memory of earlier answers emptied, so a repeat
+    (or a prompt whose answer looks like an earlier one) is measured as a session's first question; without
+    it a repeat can copy the earlier answer, as Regenerate does."""
     def run(prompt: BenchPrompt) -> Iterable[Event]:
+        if first_sight:
+            pair.forget_answers()
         pair.target.clear()
         if pair.draft is not None:
             pair.draft.clear()
@@ -159,7 +177,8 @@ class ReferenceRun:
 def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequence[Mode], *, max_tokens: int,
               repeat: int, sampling: SamplingSettings, reference: bool = False,
               progress: Callable[[BenchRun], None] | None = None,
-              rounds: list[RoundStats] | None = None) -> tuple[list[BenchRun], list[ReferenceRun]]:
+              rounds: list[RoundStats] | None = None, first_sight: bool = False
+              ) -> tuple[list[BenchRun], list[ReferenceRun]]:
     """Every run of the schedule; each run's rounds are appended to ``rounds`` when given (a cost profile
     of this machine is made from them)."""
     runs: list[BenchRun] = []
@@ -168,7 +187,8 @@ def run_bench(pair: SpeculativePair, prompts: Sequence[BenchPrompt], modes: Sequ
         for r in range(repeat):
             # forward on even repeats, backward on odd ones: a drift during the run hits every mode alike
             for mode in (modes if r % 2 == 0 else list(reversed(modes))):
-                run = run_one(pair, prompt, mode, r, max_tokens=max_tokens, sampling=sampling, rounds=rounds)
+                run = run_one(pair, prompt, mode, r, max_tokens=max_tokens, sampling=sampling, rounds=rounds,
+                              first_sight=first_sight)
                 runs.append(run)
                 if progress:
                     progress(run)
