@@ -441,9 +441,12 @@ class DraftController:
                 # size included): a probe that cannot pay even then teaches nothing worth its cost
                 # a drafter with a confidence stop probes as far as it is near-sure (its own confidence
                 # is evidence of the text: a 1-token probe of the draft model taught one token, and a
-                # JSON answer after a chat stayed plain, simulated H100 0.78x of K = 6); others one token
+                # JSON answer after a chat stayed plain, simulated H100 0.78x of K = 6), up to the K that
+                # would pay were it right that often (a 2-core CPU's 9-token verify costs 6 tokens);
+                # others one token
                 sure = kind.confidence_stop
-                probe = Plan(name, k_hi if sure else 1, probe=True, p_min=P_MIN_HI if sure else None,
+                pk = self._best_k(name, P_MIN_HI, 1, k_hi, held, change_s)[0] if sure else 1
+                probe = Plan(name, pk, probe=True, p_min=P_MIN_HI if sure else None,
                              match=match if kind.match_classes else 0)
         if best.drafter is Drafter.NONE and probe is not None:
             return probe
