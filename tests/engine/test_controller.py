@@ -370,3 +370,42 @@ def test_an_earlier_answers_rounds_weigh_less_in_the_estimate():
     assert w.token_acceptance() == 0.0  # the rails still read what happened
     w.add(Counts.of_round(4, 4, 4))
     assert w.per_token_rate() > 0.5  # one fresh round outweighs the aged rejections
+
+
+def test_a_drafter_whose_runs_end_before_its_size_is_replayed_gets_rows_for_its_round_only():
+    """llama.cpp replays a shape from its third call; growing the held size for a drafter that drafts a
+    round or two at a time only padded the plain rounds after it, and made the next try look free
+    (simulated H100 chat: a try of prompt lookup at a weak match cost 4 plain tokens, auto 0.88x plain)."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    short = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for _ in range(12):  # copies one round long: every token right, then nothing to propose
+        short.observe(Mode.LOOKUP, Plan("lookup", 4, match=4), round_stats("lookup", 4, 4, 4, verify=0.0070))
+        short.observe(Mode.LOOKUP, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    plan = short.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4, held=1, change_s=0.0037)
+    assert plan.drafter == "lookup" and plan.one_off and not plan.probe
+    long = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for _ in range(12):  # the same rounds, a dozen in a row: the held size grows for them
+        long.observe(Mode.LOOKUP, Plan("lookup", 4, match=4), round_stats("lookup", 4, 4, 4, verify=0.0070))
+    plan = long.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4, held=1, change_s=0.0037)
+    assert plan.drafter == "lookup" and not plan.one_off
+    # where shapes do not matter, no round is one-off
+    assert not short.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4).one_off
+
+
+def test_where_shapes_matter_a_draft_model_that_fell_behind_pays_for_its_catch_up():
+    """A draft model that sat out a stretch of plain rounds decodes them in one batch before it drafts,
+    which re-captures the batch and the two steps after it (simulated H100: 1.5-3 plain tokens)."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    c.costs.recapture_s = 0.0019
+    for _ in range(10):  # runs of four rounds, about 55% of drafted tokens right, between plain stretches
+        for accepted in (4, 2, 3, 2):
+            c.observe(Mode.AUTO, Plan("model", 4), round_stats("model", 4, 4, accepted, verify=0.0070, draft=0.0044))
+        for _ in range(3):
+            c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    c.observe(Mode.AUTO, Plan("model", 4), round_stats("model", 4, 4, 2, verify=0.0070, draft=0.0044))
+    assert c.plan(Mode.AUTO, {"model": 8}, held=5, change_s=0.0037).drafter == "model"  # caught up: it pays
+    for _ in range(40):
+        c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    assert c.plan(Mode.AUTO, {"model": 8}, held=5, change_s=0.0037) == Plan("none", 0)  # 40 tokens behind
+    assert c.plan(Mode.AUTO, {"model": 8}).drafter == "model"  # a catch-up batch is cheap where shapes do not matter

@@ -116,11 +116,11 @@ def test_a_probe_gets_its_rows_for_its_own_round_and_the_held_size_stays():
     padded until the waste paid for a change back (simulated H100 chat: 2.5 plain tokens a probe)."""
     shape = VerifyShape(linear(0.25), recapture_s=0.5)
     assert [shape.size_for(1, room=100) for _ in range(3)] == [1, 1, 1]
-    assert shape.size_for(5, room=100, probe=True) == 5 and shape.fresh  # a new size: re-captured
+    assert shape.size_for(5, room=100, one_off=True) == 5 and shape.fresh  # a new size: re-captured
     assert [shape.size_for(1, room=100) for _ in range(3)] == [1, 1, 1]  # not padded to the probe's 5
     assert shape.changes == 0
-    assert shape.size_for(3, room=100, probe=True) == 3 and shape.size_for(6, room=100) == 6  # a plan grows it
-    assert shape.size_for(5, room=100, probe=True) == 6  # a probe inside the held size is padded as any round
+    assert shape.size_for(3, room=100, one_off=True) == 3 and shape.size_for(6, room=100) == 6  # a plan grows it
+    assert shape.size_for(5, room=100, one_off=True) == 6  # a probe inside the held size is padded as any round
 
 
 def test_a_flat_verify_curve_never_shrinks_and_a_steep_one_follows_at_once():

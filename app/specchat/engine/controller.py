@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specchat.metrics import Counts
 from specchat.modes import MODE_DRAFTERS
@@ -24,6 +24,7 @@ from specchat.modes import MODE_DRAFTERS
 from .drafters import KINDS
 from .events import Fallback, RoundStats
 from .settings import ControllerSettings, Drafter, Mode
+from .shapes import CALLS_PER_CHANGE, CATCH_UP_ONE_BY_ONE
 
 RECHECKED = "re-checked at "  # how a re-check's brief begins (the stats line folds repeats of it)
 
@@ -71,6 +72,9 @@ class Plan:
     k: int
     fallback: bool = False  # plain because a guard rail tripped
     probe: bool = False  # an exploration round
+    # where shapes are kept (engine/shapes.py): its verify rows are for this round only, the held size stays
+    # (a probe's, and a round of a drafter whose runs end before llama.cpp would replay their size)
+    one_off: bool = False
     p_min: float | None = None  # the draft model's confidence stop this round (None: the setting's)
     match: int = 0  # prompt lookup: the class of the match behind the proposal (match_class)
 
@@ -168,6 +172,19 @@ class CostModel:
         if k <= 0:
             return 0.0
         return draft_decodes(drafter, k, a) * self.draft_s.get(drafter, 0.0) + self.draft_call_s.get(drafter, 0.0)
+
+    def catch_up_cost(self, drafter: str, behind: int) -> float:
+        """Seconds a draft model spends, where shapes are kept (engine/shapes.py), catching up on the
+        ``behind`` tokens it has not seen before it can draft: one token at a time up to
+        ``CATCH_UP_ONE_BY_ONE``, else one batch (the target's curve scaled to the draft's cost per token)
+        that re-captures, with the two 1-token steps after it.  On the H100 profile a catch-up after a
+        stretch of plain rounds cost 1.5-3 plain tokens, more than most tries of the draft won back."""
+        per = self.draft_s.get(drafter, 0.0)
+        if behind <= 0 or not per or drafter not in _PER_DECODE:
+            return 0.0
+        if behind <= CATCH_UP_ONE_BY_ONE:
+            return behind * per
+        return per * self.verify(behind + 1) / self.verify(1) + (CALLS_PER_CHANGE + 1) * self.recapture_s
 
     def rate(self, drafter: str, k: int, a: float) -> float:
         """Expected tokens per second of a round."""
@@ -276,6 +293,8 @@ class DraftController:
         # before it ran
         self._stay: dict[Drafter, float] = {name: kind.stay_prior for name, kind in KINDS.items()}
         self._run: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
+        # tokens emitted since each drafter last drafted: what a draft model catches up on before it drafts
+        self._behind: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         self.answer = Counts()  # this answer's rounds, for the fallback-share warning
         self._warned = False
         # drafters not planned yet in this answer: each may be probed once early in it, as acceptance
@@ -446,21 +465,33 @@ class DraftController:
                 # others one token
                 sure = kind.confidence_stop
                 pk = self._best_k(name, P_MIN_HI, 1, k_hi, held, change_s)[0] if sure else 1
-                probe = Plan(name, pk, probe=True, p_min=P_MIN_HI if sure else None,
+                probe = Plan(name, pk, probe=True, one_off=True, p_min=P_MIN_HI if sure else None,
                              match=match if kind.match_classes else 0)
         if best.drafter is Drafter.NONE and probe is not None:
             return probe
+        if change_s and best.drafter is not Drafter.NONE and self._stay[best.drafter] < CALLS_PER_CHANGE + 1:
+            # a run that ends before llama.cpp replays its size (the third call of it) gains nothing from a
+            # larger held size: it only padded the plain rounds after it until the waste paid for a change
+            # back, and made the next try of a drafter look free (simulated H100 chat: a try of prompt
+            # lookup at a weak match cost 4 plain tokens, 0.88x plain over the answer)
+            return replace(best, one_off=True)
         return best
 
     def _best_k(self, drafter: Drafter, a: float, k_lo: int, k_hi: int, held: int,
                 change_s: float) -> tuple[int, float]:
-        """``CostModel.best_k`` where the verify size held by the backend changes what a K costs."""
+        """``CostModel.best_k`` where the verify size held by the backend changes what a K costs (and a
+        draft model's catch-up re-captures: ``CostModel.catch_up_cost``)."""
         if not change_s:
             return self.costs.best_k(drafter, a, k_lo, k_hi)
         c = self.costs
+        # the catch-up is paid by the first round of a run: shared, as a change of size is, by the rounds
+        # this drafter usually drafts in a row.  Not charged where shapes do not matter: there a catch-up
+        # is a cheap batch, and the charge, growing with every plain round, shut the draft model out
+        # (simulated RTX 3090 8B creative: 0.93x -> 0.86x the best fixed K)
+        catch_up = c.catch_up_cost(drafter, self._behind[drafter]) / self._stay[drafter]
         best = (k_lo, 0.0)
         for k in range(k_lo, k_hi + 1):
-            cost = c.overhead_s + c.draft_cost(drafter, k, a)
+            cost = c.overhead_s + c.draft_cost(drafter, k, a) + catch_up
             # a larger size costs a change there and one back, shared by the rounds this drafter
             # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts)
             cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + 2 * change_s / self._stay[drafter]
@@ -527,8 +558,11 @@ class DraftController:
         return self._recheck() if mode is Mode.AUTO and self._refused else []
 
     def _learn_probes(self, plan: Plan, emitted: int) -> None:
-        """Tokens since each drafter last ran (when ``auto`` probes it again), and which are still untried."""
+        """Tokens since each drafter last ran (when ``auto`` probes it again, what it catches up on), and
+        which are still untried."""
         self._untried.discard(plan.drafter)
+        for name in self._behind:
+            self._behind[name] = 0 if name == plan.drafter else self._behind[name] + emitted
         for name in self._since_probe:
             self._since_probe[name] = 0 if name == plan.drafter else self._since_probe[name] + emitted
 
@@ -659,6 +693,7 @@ class DraftController:
         self.answer = Counts()
         self._warned = False
         self._untried = {name for name, kind in KINDS.items() if kind.needs_model}
+        self._behind = dict.fromkeys(KINDS, 0)  # a drafter that runs in this answer prefills its prompt
         for w in (*self.windows.values(), *self.lookup_windows.values()):
             w.age(ANSWER_MEMORY)
         # each drafter's run length (_stay) carries over as learned from whole runs: pulling it back to

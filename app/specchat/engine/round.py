@@ -109,7 +109,7 @@ class Rounds:
         for seconds in draft.seconds:  # term by term, as measured (the simulated clock draws each)
             draft_s += seconds
         shape = self.shape
-        rows = draft.n + 1 if shape is None else shape.size_for(draft.n + 1, self.decodes.room, probe=plan.probe)
+        rows = draft.n + 1 if shape is None else shape.size_for(draft.n + 1, self.decodes.room, one_off=plan.one_off)
         fresh = shape is not None and shape.fresh
         verified = self.decodes.verify(draft, rows, fresh)
         stats = RoundStats(

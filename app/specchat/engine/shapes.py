@@ -73,13 +73,14 @@ class VerifyShape:
     def change_s(self) -> float:
         return CALLS_PER_CHANGE * self._recapture()
 
-    def size_for(self, needed: int, room: int, *, probe: bool = False) -> int:
+    def size_for(self, needed: int, room: int, *, one_off: bool = False) -> int:
         """The batch size for a round that needs ``needed`` rows, at most ``room`` (the context's
-        free cells); never less than ``needed``.  A ``probe`` (one round the controller drafts to
-        learn, not to stay) that needs more than the held size gets its rows for that round only:
-        growing for it left the rounds after it padded until the waste paid for a change back."""
+        free cells); never less than ``needed``.  A ``one_off`` round (a probe, or a drafter whose runs
+        end before its size would be replayed: ``Plan.one_off``) that needs more than the held size
+        gets its rows for that round only: growing for it left the rounds after it padded until the
+        waste paid for a change back."""
         held = self.size
-        if probe and needed > held:
+        if one_off and needed > held:
             return self._give(needed)
         if needed >= held:
             self._waste, self._largest = 0.0, 0
