@@ -409,3 +409,17 @@ def test_where_shapes_matter_a_draft_model_that_fell_behind_pays_for_its_catch_u
         c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
     assert c.plan(Mode.AUTO, {"model": 8}, held=5, change_s=0.0037) == Plan("none", 0)  # 40 tokens behind
     assert c.plan(Mode.AUTO, {"model": 8}).drafter == "model"  # a catch-up batch is cheap where shapes do not matter
+
+
+def test_auto_is_as_bold_with_prompt_lookup_as_a_try_can_win_against_what_it_can_lose():
+    """On a 2-core CPU a 3-row verify costs 2.3 plain rounds: a 2-token proposal wins 29% when right
+    and loses 57% when wrong, so a try on optimism alone lost (simulated 1.5B CPU pair: json 0.96x plain).
+    Where verifying is cheap the same unknown proposal is worth a try."""
+    cpu = controller(CPU, CPU_DRAFT)
+    assert cpu.plan(Mode.AUTO, {"lookup": 2}, lookup_match=1) == Plan("none", 0)
+    gpu = controller(GPU, GPU_DRAFT)
+    assert gpu.plan(Mode.AUTO, {"lookup": 2}, lookup_match=1).drafter == "lookup"
+    # evidence that it is right is what makes it pay on the CPU
+    for _ in range(8):
+        cpu.observe(Mode.AUTO, Plan("lookup", 2, match=1), round_stats("lookup", 2, 2, 2, verify=CPU[3]))
+    assert cpu.plan(Mode.AUTO, {"lookup": 2}, lookup_match=1).drafter == "lookup"
