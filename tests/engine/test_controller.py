@@ -423,3 +423,17 @@ def test_auto_is_as_bold_with_prompt_lookup_as_a_try_can_win_against_what_it_can
     for _ in range(8):
         cpu.observe(Mode.AUTO, Plan("lookup", 2, match=1), round_stats("lookup", 2, 2, 2, verify=CPU[3]))
     assert cpu.plan(Mode.AUTO, {"lookup": 2}, lookup_match=1).drafter == "lookup"
+
+
+def test_a_draft_shorter_than_the_held_size_is_priced_as_the_size_it_lets_the_backend_shrink_to():
+    """Priced at the held size alone, a draft of held - 1 tokens looked free and kept the held size
+    where it was: on the simulated H100 at alpha 0.8 auto drafted K = 5 at 6 rows all answer long,
+    where K = 3 at 4 rows pays 1.10x plain."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for accepted in [4, 2, 5, 3, 0, 5, 1, 4] * 8:  # about 8 drafted tokens in 10 right, long runs
+        c.observe(Mode.AUTO, Plan("model", 5), round_stats("model", 5, 5, accepted, verify=0.0075, draft=0.0055))
+    from_one = c.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0037)
+    assert from_one.drafter == "model" and from_one.k <= 4
+    # held at 9 rows (an earlier long draft), the same K: the held size is not a reason to draft long
+    assert c.plan(Mode.AUTO, {"model": 8}, held=9, change_s=0.0037).k == from_one.k

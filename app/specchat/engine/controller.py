@@ -493,8 +493,19 @@ class DraftController:
         for k in range(k_lo, k_hi + 1):
             cost = c.overhead_s + c.draft_cost(drafter, k, a) + catch_up
             # a larger size costs a change there and one back, shared by the rounds this drafter
-            # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts)
-            cost += c.verify(held) if k + 1 <= held else c.verify(k + 1) + 2 * change_s / self._stay[drafter]
+            # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts).
+            # A smaller one costs the held size, or the size itself once the held size shrinks to it
+            # (the padding until then and the change, at most two changes' worth: shapes.VerifyShape),
+            # whichever is less: priced at the held size alone, a draft of held - 1 looked free and
+            # kept the held size where it was (simulated H100, alpha 0.8: K = 5 at 6 rows, where K = 3
+            # at 4 pays 1.10x plain)
+            stay = self._stay[drafter]
+            if k + 1 > held:
+                cost += c.verify(k + 1) + 2 * change_s / stay
+            elif k + 1 < held:
+                cost += min(c.verify(held), c.verify(k + 1) + 2 * change_s / stay)
+            else:
+                cost += c.verify(held)
             r = expected_tokens(a, k) / cost
             if r > best[1]:
                 best = (k, r)
