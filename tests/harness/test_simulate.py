@@ -301,3 +301,29 @@ def test_a_trace_records_the_match_behind_each_lookup_proposal_and_reads_it_back
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError, match="lookup_agree"):
         load_trace(path)
+
+
+# SmolLM2-135M on two cores: a 2-token verify costs two plain rounds, so a proposal pays only where it is
+# nearly sure (at 9 in 10, a 2-token draft wins 6%)
+STEEP_CPU = CostProfile("cpu-135m", "a 135M target on two cores", "measured-cpu", 0.0094,
+                        {1: 1.0, 2: 2.03, 3: 2.56, 5: 4.07, 9: 6.6, 17: 11.0}, 0.53, overhead_s=0.0002)
+
+
+@pytest.mark.parametrize("copied", [True, False])
+def test_a_proposal_not_drafted_still_teaches_what_it_would_have_been_worth(copied):
+    """Prompt lookup's proposal is made to be offered, so a round that does not draft it checks it against the
+    tokens the target commits, for free.  A copy (Regenerate, an edit) is then drafted after a few tokens
+    where a proposal at the prior's estimate cannot pay (it was drafted 1 token of 120, by a probe); one that
+    is never right is never drafted but by that probe."""
+    n = 120
+    right = [min(16, n - 1 - i) if copied else 0 for i in range(n - 1)]
+    pt = PromptTrace("copy", "edit", 40, n, list(range(n)), True, [], [], [], [16] * (n - 1), right, [32] * (n - 1))
+    policy = Policy("lookup", "lookup", Mode.LOOKUP, ControllerSettings())
+    rounds: list[RoundStats] = []
+    clock = Clock(STEEP_CPU, 0)
+    counts = answer(controller_for(policy, clock), policy, pt, clock, on_round=rounds.append)
+    if copied:
+        assert next(r.index for r in rounds if r.drafted) <= 6  # once its first proposal was seen to be right
+        assert counts.accepted >= 0.8 * n
+    else:
+        assert counts.drafted <= 1

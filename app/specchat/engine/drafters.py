@@ -289,8 +289,10 @@ class PromptLookupDrafter:
 
     def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
         """Its proposal, made now (a few us): its length is the ceiling, its match the evidence."""
-        self._proposal = self.propose(history, min(k_cap, settings.lookup_k_max))
-        return Offer(len(self._proposal), self.last_match if self._proposal else 0, self.last_seconds)
+        proposal = self._proposal = self.propose(history, min(k_cap, settings.lookup_k_max))
+        if not proposal:
+            return Offer(0, 0, self.last_seconds)
+        return Offer(len(proposal), self.last_match, self.last_seconds, tuple(proposal))
 
     def draft(self, history: list[int], plan: PlanView) -> Drafted:
         return Drafted(self._proposal[: plan.k])
@@ -306,7 +308,13 @@ class LookupReplay:
         ctx, pt = self.ctx, self.ctx.trace
         seconds = ctx.clock(ctx.profile.lookup_s)
         n = min(pt.lookup_len[i], k_cap, ctx.settings.lookup_k_max)
-        return Offer(n, (pt.lookup_agree[i] if pt.lookup_agree else 0) if n else 0, seconds)
+        if not n:
+            return Offer(0, 0, seconds)
+        # the trace keeps how many of the proposal's tokens the target agrees with, not the tokens: those
+        # are the answer's next ones, and the rest a token it never commits (-1)
+        agreed = pt.tokens[i + 1 : i + 1 + min(pt.lookup_match[i], n)]
+        proposal = (*agreed, *(-1,) * (n - len(agreed)))
+        return Offer(n, pt.lookup_agree[i] if pt.lookup_agree else 0, seconds, proposal)
 
     def draft(self, i: int, plan: PlanView) -> Replayed:
         return Replayed(plan.k, min(self.ctx.trace.lookup_match[i], plan.k))

@@ -34,6 +34,10 @@ class Offer:
     ceiling: int = 0  # the longest draft it offers (0: none this round)
     match: int = 0  # the evidence behind it the controller plans with (prompt lookup: its match length)
     seconds: float = 0.0  # what making the offer cost (part of the round's draft time)
+    # the proposal's tokens where making the offer made them (prompt lookup; none: an offer that makes no
+    # tokens, as a draft model's): one not drafted is still checked against the tokens the target commits,
+    # for free (round.Rounds, DraftController.observe_unasked)
+    proposal: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

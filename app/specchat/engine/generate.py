@@ -321,7 +321,7 @@ class PairDecodes:
         self.history.extend(emitted)
         self.n_generated += len(visible)
         self._text(visible, m)
-        return Verified(m, len(emitted), seconds)
+        return Verified(m, len(emitted), seconds, tuple(emitted))
 
     def _text(self, visible: list[int], accepted: int) -> None:
         """The round's text: one event per origin (accepted draft tokens, then the target's own), so a

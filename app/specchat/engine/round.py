@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from .drafting import Offer
 
 
+# the most tokens of a proposal not drafted that are checked (Rounds._check_unasked): it is settled within as
+# many committed tokens, so what it teaches arrives while the text it is about lasts
+UNASKED_K = 4
+
+
 @dataclass(frozen=True, slots=True)
 class Draft:
     """What the chosen drafter drafted, as the round counts it (the decodes keep the tokens)."""
@@ -47,6 +52,7 @@ class Verified:
     accepted: int  # drafted tokens the target accepted
     emitted: int  # tokens the round committed: the accepted ones and the target's own (fewer at the end)
     seconds: float  # what the verify cost
+    tokens: tuple[int, ...] = ()  # what the round committed
 
 
 class RoundDecodes(Protocol):
@@ -100,10 +106,12 @@ class Rounds:
         self.index = 0
         self.counts = Counts()  # the rounds' counts, added up as they finish
         self.by_drafter: dict[str, tuple[int, int]] = {}  # drafter -> (drafted, accepted) over the answer
+        self._unasked: tuple[Drafter, Offer] | None = None  # a proposal not drafted, being checked
+        self._seen: list[int] = []  # the tokens committed since it was made
 
     def play(self, k_cap: int) -> Round:
         """One round drafting at most ``k_cap`` tokens (each drafter caps it further)."""
-        plan, draft_s = self._plan(k_cap)
+        plan, draft_s, offers = self._plan(k_cap)
         # planned only when offered
         draft = self.decodes.draft(plan.drafter, plan) if plan.drafter in self.drafters else NO_DRAFT
         for seconds in draft.seconds:  # term by term, as measured (the simulated clock draws each)
@@ -120,11 +128,33 @@ class Rounds:
             verify_fresh=fresh,
         )
         self._count(stats)
+        self._check_unasked(offers, plan.drafter if draft.n else Drafter.NONE, verified.tokens)
         return Round(stats, self.controller.observe(self.mode, plan, stats))
 
-    def _plan(self, k_cap: int) -> tuple[Plan, float]:
+    def _check_unasked(self, offers: dict[Drafter, Offer], drafted: Drafter, committed: tuple[int, ...]) -> None:
+        """A proposal made and not drafted (prompt lookup's, in a plain round or another drafter's) is
+        checked against the tokens the target commits from there, as its verify would have, and the
+        controller learns what it would have been worth (``observe_unasked``).  One at a time: the next is
+        taken once it is settled, so no committed token is counted twice."""
+        if self._unasked is None:
+            name = next((n for n, o in offers.items() if o.proposal and n != drafted), None)
+            if name is not None:
+                self._unasked, self._seen = (name, offers[name]), []
+        if self._unasked is None:
+            return
+        name, offer = self._unasked
+        self._seen.extend(committed)
+        proposal, seen = offer.proposal[:UNASKED_K], self._seen
+        agreed = next((j for j, (p, t) in enumerate(zip(proposal, seen, strict=False)) if p != t),
+                      min(len(proposal), len(seen)))
+        if agreed < len(seen) or agreed == len(proposal):  # a token it got wrong, or all of it right
+            self.controller.observe_unasked(name, offer.match, len(proposal), agreed)
+            self._unasked = None
+
+    def _plan(self, k_cap: int) -> tuple[Plan, float, dict[Drafter, Offer]]:
         """Every drafter offers (a draft model: its K ceiling; prompt lookup: its proposal, made now);
-        the controller picks one and K.  Also what the offers cost."""
+        the controller picks one and K.  Also what the offers cost, and the offers."""
+        offers: dict[Drafter, Offer] = {}
         available: dict[Drafter, int] = {}
         match = 0  # the evidence behind an offer (prompt lookup's match length)
         seconds = 0.0
@@ -133,12 +163,13 @@ class Rounds:
                 offer = self.decodes.offer(name, k_cap)
                 seconds += offer.seconds
                 if offer.ceiling:
+                    offers[name] = offer
                     available[name] = offer.ceiling
                     match = match or offer.match
         shape = self.shape
         plan = self.controller.plan(self.mode, available, match, held=shape.size if shape is not None else 0,
                                     change_s=shape.change_s if shape is not None else 0.0)
-        return plan, seconds
+        return plan, seconds, offers
 
     def _count(self, stats: RoundStats) -> None:
         self.index += 1

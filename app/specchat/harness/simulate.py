@@ -409,8 +409,9 @@ class TraceDecodes:
         if last > n_tokens - 1:  # ... unless the accepted drafts already ended the answer
             last, emitted = n_tokens - 1, accepted
         self.n_generated += emitted - (1 if self.pt.ended and last == n_tokens - 1 else 0)
+        committed = tuple(self.pt.tokens[self.i + 1 : last + 1])
         self.i = last
-        return Verified(accepted, emitted, seconds)
+        return Verified(accepted, emitted, seconds, committed)
 
     def overhead(self, draft_s: float, verify_s: float) -> float:
         return self.clock(self.clock.profile.overhead_s)
