@@ -91,6 +91,20 @@ def test_guard_rail_falls_back_with_a_reason_and_tries_again_later():
     assert c.plan(Mode.DRAFT, {"model": 8}).drafter == "model"
 
 
+def test_a_cooldown_ends_with_its_answer_so_regenerate_can_draft_the_copy():
+    """The rails judged one answer's text; the next is another (Regenerate of an answer that fell back
+    copies it, and prompt lookup holds the copy)."""
+    c = controller(CPU, CPU_DRAFT, window_rounds=8, cooldown_tokens=64, min_gain=0.0)  # drafts every proposal
+    events = []
+    for _ in range(8):  # prompt lookup was always wrong: the rails stop it
+        plan = c.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=0)
+        events += c.observe(Mode.LOOKUP, plan, cpu_round("lookup", plan.k, plan.k, 0))
+    assert len(events) == 1 and "token acceptance" in events[0].reason
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=12) == Plan("none", 0, fallback=True)
+    c.start_answer()  # a new answer before 64 plain tokens
+    assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=12).drafter == "lookup"
+
+
 def test_sequence_acceptance_rail():
     c = controller(CPU, CPU_DRAFT, window_rounds=8)  # where 75% cannot pay
     events = []

@@ -622,15 +622,19 @@ class DraftController:
                 self._run[name] = 0
 
     def _cool_down(self, emitted: int) -> None:
-        """Cooldowns count down by the tokens emitted; a drafter's that ends starts its windows afresh."""
+        """Cooldowns count down by the tokens emitted."""
         for name in list(self._cooldown):
             self._cooldown[name] -= emitted
             if self._cooldown[name] <= 0:
-                del self._cooldown[name]
-                self.windows[name].clear()
-                if KINDS[name].match_classes:
-                    for w in self.lookup_windows.values():
-                        w.clear()
+                self._end_cooldown(name)
+
+    def _end_cooldown(self, name: Drafter) -> None:
+        """A drafter's cooldown is over: it starts its windows afresh."""
+        del self._cooldown[name]
+        self.windows[name].clear()
+        if KINDS[name].match_classes:
+            for w in self.lookup_windows.values():
+                w.clear()
 
     def _learn_declined(self, mode: Mode, plan: Plan, r: RoundStats) -> None:
         """In ``auto``, a draft that was asked and declined (its first token was under the confidence
@@ -746,12 +750,18 @@ class DraftController:
         )]
 
     def start_answer(self) -> None:
-        """Counters for the fallback-share warning are per answer; what the drafters' acceptance was in
-        earlier answers weighs :data:`ANSWER_MEMORY` as much from now on (AcceptanceWindow.age)."""
+        """Counters for the fallback-share warning and the rails' cooldowns are per answer; what the
+        drafters' acceptance was in earlier answers weighs :data:`ANSWER_MEMORY` as much from now on
+        (AcceptanceWindow.age)."""
         self.answer = Counts()
         self._warned = False
         self._untried = {name for name, kind in KINDS.items() if kind.needs_model}
         self._behind = dict.fromkeys(KINDS, 0)  # a drafter that runs in this answer prefills its prompt
+        # a cooldown ends with its answer: the rails judged that text, and the next is another.  Carried
+        # over, it kept Regenerate of an answer that fell back from drafting the copy prompt lookup held
+        # (lookup mode on two busy cores: 0 of 48 tokens drafted, where the copy drafts 36-42)
+        for name in list(self._cooldown):
+            self._end_cooldown(name)
         for w in (*self.windows.values(), *self.lookup_windows.values()):
             w.age(ANSWER_MEMORY)
         # each drafter's run length (_stay) carries over as learned from whole runs: pulling it back to
