@@ -406,6 +406,20 @@ def test_a_drafter_whose_runs_end_before_its_size_is_replayed_gets_rows_for_its_
     assert not short.plan(Mode.LOOKUP, {"lookup": 4}, lookup_match=4).one_off
 
 
+def test_a_round_with_rows_for_itself_pays_its_whole_change_of_size():
+    """A drafter whose runs end before llama.cpp replays their size gets rows for its round only
+    (Plan.one_off): that round changes size there and back alone, nothing in its run shares it.  Shared
+    by its runs of two rounds, a 4-token lookup try right 3 tokens in 4 looked 1.12x plain and costs
+    0.79x (simulated H100 chat: auto 0.933x -> 0.945x plain)."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=10_000)
+    for _ in range(12):  # runs of two rounds, each right 3 tokens in 4, between plain rounds
+        for _ in range(2):
+            c.observe(Mode.AUTO, Plan("lookup", 4, match=4), round_stats("lookup", 4, 4, 3, verify=0.0070))
+        c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    assert c.plan(Mode.AUTO, {"lookup": 4}, lookup_match=4, held=1, change_s=0.0037) == Plan("none", 0)
+    assert c.plan(Mode.AUTO, {"lookup": 4}, lookup_match=4).drafter == "lookup"  # where shapes cost nothing
+
 def test_where_shapes_matter_a_draft_model_that_fell_behind_pays_for_its_catch_up():
     """A draft model that sat out a stretch of plain rounds decodes them in one batch before it drafts,
     which re-captures the batch and the two steps after it (simulated H100: 1.5-3 plain tokens)."""

@@ -513,6 +513,8 @@ class DraftController:
             # kept the held size where it was (simulated H100, alpha 0.8: K = 5 at 6 rows, where K = 3
             # at 4 pays 1.10x plain)
             stay = self._stay[drafter]
+            if stay < CALLS_PER_CHANGE + 1:  # its rounds get rows for themselves (Plan.one_off): nothing shares
+                stay = 1.0
             if k + 1 > held:
                 cost += c.verify(k + 1) + 2 * change_s / stay
             elif k + 1 < held:
