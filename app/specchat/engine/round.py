@@ -135,7 +135,7 @@ class Rounds:
         """A proposal made and not drafted (prompt lookup's, in a plain round or another drafter's) is
         checked against the tokens the target commits from there, as its verify would have, and the
         controller learns what it would have been worth (``observe_unasked``).  One at a time: the next is
-        taken once it is settled, so no committed token is counted twice."""
+        taken once it is settled, so two of them never count the same committed token."""
         if self._unasked is None:
             name = next((n for n, o in offers.items() if o.proposal and n != drafted), None)
             if name is not None:
