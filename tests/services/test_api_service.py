@@ -177,6 +177,8 @@ def test_an_api_request_waits_behind_the_chat_answer_streaming_and_gets_its_own_
     qtbot.waitUntil(lambda: "value" in box or "error" in box, timeout=30_000)
     thread.join(5)
     assert "error" not in box, box.get("error")
+    # the request's record reaches the window after its response reached the client (a queued signal)
+    qtbot.waitUntil(lambda: len(order) == 2, timeout=10_000)
     assert order == [("chat", "stopped"), ("api", 200)]
     r = box["value"]
     assert r.choices[0].message.content == direct_text(LONG, max_tokens=50)
