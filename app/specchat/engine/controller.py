@@ -235,25 +235,40 @@ class AcceptanceWindow:
     def sequence_acceptance(self) -> float | None:
         return self.totals().sequence_acceptance
 
-    def _evidence(self) -> tuple[float, float]:
-        """Weighted (accepted tokens, rejections)."""
+    def _evidence(self, declines: bool = False) -> tuple[float, float]:
+        """Weighted (accepted tokens, rejections); with ``declines``, a round that drafted nothing at all
+        (a confidence stop declined it: DraftController._learn_declined) counts as a rejection."""
         acc = rej = 0.0
         for c, w in zip(self.rounds, self.weights, strict=True):
             acc += w * c.accepted
-            rej += w * (c.rounds_with_draft - c.rounds_fully_accepted)
+            rej += w * ((c.rounds if declines else c.rounds_with_draft) - c.rounds_fully_accepted)
         return acc, rej
 
-    def per_token_rate(self, prior: float = 0.5, weight: float = 2.0) -> float:
+    def per_token_rate(self, prior: float = 0.5, weight: float = 2.0, *, declines: bool = False) -> float:
         """Estimate of the chance that the next drafted token is accepted.
 
         Rounds stop at the first rejection, so accepted / (accepted + rejections)
         is the right estimate; a weak prior (uniform: 0.5 with the weight of two
         tokens) keeps it sane with little data.
         """
-        acc, rej = self._evidence()
+        acc, rej = self._evidence(declines)
         return (acc + prior * weight) / (acc + rej + weight)
 
-    def optimistic_rate(self, z: float) -> float:
+    def stop_rate(self, z: float = 0.0) -> float:
+        """For a drafter with a confidence stop: the chance that it stops at a position it was asked to
+        draft (its next token under the stop), from the rounds that asked it, weighted as acceptance is;
+        less ``z`` standard deviations of it, as :meth:`optimistic_rate` adds them to the acceptance.
+
+        A round asked for K that drafted L < K tokens stopped once and went on L times (a round that
+        declined at once: L = 0); one that drafted K went on K times."""
+        stops = goes = 0.0
+        for c, w in zip(self.rounds, self.weights, strict=True):
+            stops += w * (c.drafted == 0 or c.drafted < c.k_sum)  # one round's counts each (add)
+            goes += w * c.drafted
+        q = stops / (stops + goes + 2.0)  # a prior of two positions that went on
+        return max(0.0, q - z * math.sqrt(q * (1.0 - q) / (stops + goes + 2.0)))
+
+    def optimistic_rate(self, z: float, *, declines: bool = False) -> float:
         """The estimate plus ``z`` standard deviations of it: what ``auto`` plans with.
 
         With little evidence the bonus is large, so a drafter gets rounds enough to show
@@ -261,8 +276,8 @@ class AcceptanceWindow:
         round it said 33% and stopped, and replays on the 3090 profile stayed at plain
         speed where K=8 made 2x); as the window fills it shrinks to a few points.
         """
-        acc, rej = self._evidence()
-        a = self.per_token_rate()
+        acc, rej = self._evidence(declines)
+        a = self.per_token_rate(declines=declines)
         return min(1.0, a + z * math.sqrt(a * (1.0 - a) / (acc + rej + 2)))
 
     def full(self) -> bool:
@@ -443,16 +458,23 @@ class DraftController:
             if self._cooldown.get(name, 0) > 0:
                 continue
             window = self._window(name, match)
-            a = window.optimistic_rate(s.explore_z * self._boldness(name, k_hi))
+            z = s.explore_z * self._boldness(name, k_hi)
+            # auto's draft model stops where it is unsure (Plan.p_min).  Where shapes are kept (change_s), a
+            # round that stops short still pays the held rows, so a decline is priced as a rejection; elsewhere
+            # it costs one draft decode, and how often the draft stops says how far it drafts (_best_k)
+            stopping = kind.confidence_stop and not change_s
+            a = window.optimistic_rate(z, declines=bool(change_s))
+            stop, stop_mean = (window.stop_rate(z), window.stop_rate()) if stopping else (0.0, 0.0)
             k_lo = min(s.k_min, k_hi) if mode is not Mode.AUTO else 1
-            k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s)
+            k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s, stop)
             if mode is Mode.AUTO:
                 # optimism decides whether to try a drafter, the estimate how far: a K planned on the
                 # optimistic rate made each try of a drafter auto knew little of a long, dear one (and,
                 # where shapes matter, a change of verify size), which is what lost on chat and prose
-                k_mean, _ = self._best_k(name, window.per_token_rate(), k_lo, k_hi, held, change_s)
+                k_mean, _ = self._best_k(name, window.per_token_rate(declines=bool(change_s)), k_lo, k_hi, held,
+                                         change_s, stop_mean)
                 if k_mean < k:
-                    k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s)[1]
+                    k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s, stop)[1]
             if rate > best_rate:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
                                        match=match if kind.match_classes else 0), rate
@@ -491,20 +513,34 @@ class DraftController:
         return next(k for k, r in enumerate(rates, start=1) if r >= (1 - NEAR_BEST) * top)
 
     def _best_k(self, drafter: Drafter, a: float, k_lo: int, k_hi: int, held: int,
-                change_s: float) -> tuple[int, float]:
+                change_s: float, stop: float = 0.0) -> tuple[int, float]:
         """``CostModel.best_k`` where the verify size held by the backend changes what a K costs (and a
-        draft model's catch-up re-captures: ``CostModel.catch_up_cost``)."""
-        if not change_s:
+        draft model's catch-up re-captures: ``CostModel.catch_up_cost``), and where a confidence stop
+        ends drafts early.
+
+        ``stop`` is the chance that such a drafter stops at each position it is asked to draft
+        (:meth:`AcceptanceWindow.stop_rate`): asked for K, it drafts L < K tokens with chance
+        (1 - stop)^L x stop and K with (1 - stop)^K, and a round of L tokens brings and costs what a
+        draft of L does (L = 0: a plain round and one draft decode).  Counting a round it declined as a
+        rejection made a draft right 9 times in 10 when it drafted look right 6 in 10 (simulated 7B-shape
+        CPU, code: plain for 20-30 rounds at a time between K = 1 rounds that were all accepted)."""
+        if not change_s and not stop:
             return self.costs.best_k(drafter, a, k_lo, k_hi)
         c = self.costs
         # the catch-up is paid by the first round of a run: shared, as a change of size is, by the rounds
         # this drafter usually drafts in a row.  Not charged where shapes do not matter: there a catch-up
         # is a cheap batch, and the charge, growing with every plain round, shut the draft model out
         # (simulated RTX 3090 8B creative: 0.93x -> 0.86x the best fixed K)
-        catch_up = c.catch_up_cost(drafter, self._behind[drafter]) / self._stay[drafter]
-        best = (k_lo, 0.0)
-        for k in range(k_lo, k_hi + 1):
-            cost = c.overhead_s + c.draft_cost(drafter, k, a) + catch_up
+        catch_up = c.catch_up_cost(drafter, self._behind[drafter]) / self._stay[drafter] if change_s else 0.0
+        stay = self._stay[drafter]
+        if stay < CALLS_PER_CHANGE + 1:  # its rounds get rows for themselves (Plan.one_off): nothing shares
+            stay = 1.0
+        per = c.draft_s.get(drafter, 0.0)
+        call = c.draft_call_s.get(drafter, 0.0)
+
+        def round_of(n: int) -> tuple[float, float]:
+            """(tokens, seconds) of a round that drafts n tokens."""
+            cost = c.overhead_s + catch_up + (draft_decodes(drafter, n, a) * per + call if n or stop else 0.0)
             # a larger size costs a change there and one back, shared by the rounds this drafter
             # usually drafts in a row (a draft model: many; prompt lookup: as long as a copy lasts).
             # A smaller one costs the held size, or the size itself once the held size shrinks to it
@@ -512,16 +548,29 @@ class DraftController:
             # whichever is less: priced at the held size alone, a draft of held - 1 looked free and
             # kept the held size where it was (simulated H100, alpha 0.8: K = 5 at 6 rows, where K = 3
             # at 4 pays 1.10x plain)
-            stay = self._stay[drafter]
-            if stay < CALLS_PER_CHANGE + 1:  # its rounds get rows for themselves (Plan.one_off): nothing shares
-                stay = 1.0
-            if k + 1 > held:
-                cost += c.verify(k + 1) + 2 * change_s / stay
-            elif k + 1 < held:
-                cost += min(c.verify(held), c.verify(k + 1) + 2 * change_s / stay)
+            if not change_s:
+                cost += c.verify(n + 1)
+            elif n + 1 > held:
+                cost += c.verify(n + 1) + 2 * change_s / stay
+            elif n + 1 < held:
+                cost += min(c.verify(held), c.verify(n + 1) + 2 * change_s / stay)
             else:
                 cost += c.verify(held)
-            r = expected_tokens(a, k) / cost
+            return expected_tokens(a, n), cost
+
+        lengths = [round_of(n) for n in range(k_hi + 1)] if stop else []
+        best = (k_lo, 0.0)
+        for k in range(k_lo, k_hi + 1):
+            if stop:
+                # drafted n < k with chance (1 - stop)^n stop, k with (1 - stop)^k
+                tokens = seconds = 0.0
+                for n in range(k + 1):
+                    p = (1 - stop) ** n * (stop if n < k else 1.0)
+                    tokens += p * lengths[n][0]
+                    seconds += p * lengths[n][1]
+            else:
+                tokens, seconds = round_of(k)
+            r = tokens / seconds
             if r > best[1]:
                 best = (k, r)
         return best
@@ -640,11 +689,13 @@ class DraftController:
 
     def _learn_declined(self, mode: Mode, plan: Plan, r: RoundStats) -> None:
         """In ``auto``, a draft that was asked and declined (its first token was under the confidence
-        stop) counts as a rejection: the round paid for drafting and got nothing.  Without it, a draft
-        that always declined left the window empty and auto's estimate optimistic for ever."""
+        stop) enters the window as a round that stopped at once (:meth:`AcceptanceWindow.stop_rate`): it
+        paid a draft decode and got nothing.  Without it, a draft that always declined left the window
+        empty and auto's estimate optimistic for ever.  A probe's stop is not auto's (``P_MIN_HI``), so
+        a probe that declined teaches nothing."""
         declines = plan.drafter in KINDS and KINDS[plan.drafter].confidence_stop
-        if mode is Mode.AUTO and declines and plan.k and not r.drafted:
-            self.windows[plan.drafter].add(Counts.of_round(plan.k, 1, 0))
+        if mode is Mode.AUTO and declines and plan.k and not r.drafted and not plan.probe:
+            self.windows[plan.drafter].add(Counts.of_round(plan.k, 0, 0))
 
     def observe_unasked(self, drafter: Drafter, match: int, proposed: int, agreed: int) -> None:
         """A proposal of ``proposed`` tokens made and not drafted (in a plain round, or another drafter's),
@@ -667,6 +718,9 @@ class DraftController:
             per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
             call = self.costs.draft_call_s.get(plan.drafter, 0.0)  # fixed per call: what is left is per token
             self.costs.observe_draft(plan.drafter, max(r.draft_s - call, 0.0) / per)
+        if plan.probe and KINDS[plan.drafter].confidence_stop:
+            # a probe stops at P_MIN_HI, not where auto's drafts stop: its acceptance counts, not its stop
+            counts = replace(counts, k_sum=counts.drafted)
         self.windows[plan.drafter].add(counts)
         if KINDS[plan.drafter].match_classes and plan.match:
             self.lookup_windows[match_class(plan.match)].add(counts)
