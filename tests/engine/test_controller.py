@@ -120,6 +120,19 @@ def test_auto_stops_asking_a_draft_that_always_declines():
     assert len(asked) <= 6 and max(asked) < 10  # then plain, but for a probe now and then
 
 
+def test_auto_learns_prompt_lookup_from_its_free_checks_not_from_tries():
+    """A lookup proposal is checked against what the target commits whether it was drafted or not
+    (observe_unasked), so auto need not pay a try to learn a match class: with nothing seen it does not draft
+    on optimism (tries of weak matches lost 6% of the simulated H100 creative answers), and once the class's
+    proposals were seen right it drafts them."""
+    c = controller(CPU_7B, CPU_7B_DRAFT)
+    assert c.plan(Mode.AUTO, {"lookup": 8}, lookup_match=1) == Plan("none", 0)
+    for _ in range(6):
+        c.observe_unasked(Drafter.LOOKUP, 1, 4, 4)  # each proposal's 4 tokens were what the target wrote
+    plan = c.plan(Mode.AUTO, {"lookup": 8}, lookup_match=1)
+    assert plan.drafter == "lookup" and plan.k >= 2
+
+
 def test_guard_rail_falls_back_with_a_reason_and_tries_again_later():
     c = controller(CPU, CPU_DRAFT, window_rounds=8, cooldown_tokens=20)  # where 25% cannot pay
     events = []
