@@ -188,7 +188,7 @@ class DrafterKind:
     needs_model: bool = False  # it runs only with a draft model (a trace with the draft's columns)
     # priced per draft-model decode (k + a^k a round: controller.draft_decodes), else per proposed token
     per_decode: bool = False
-    confidence_stop: bool = False  # auto sets its confidence stop; a declined draft counts as a rejection
+    confidence_stop: bool = False  # auto sets its confidence stop; a declined draft counts as a stop (controller.AcceptanceWindow.stop_rate)
     match_classes: bool = False  # its acceptance is learned per class of the offer's match (one such drafter)
     probe_scale: int = 1  # auto re-probes it every probe_interval_tokens x this ...
     probe_min_gain: float = 0.0  # ... and only where its best case beats plain by this much (0: always)
