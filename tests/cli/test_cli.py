@@ -103,11 +103,11 @@ def test_bench_prints_the_table_and_writes_every_field(smollm, tmp_path):
 
 
 @pytest.mark.real_models
-def test_bench_first_sight_measures_a_repeat_as_new_instead_of_a_copy_of_the_run_before(smollm, tmp_path):
-    """Prompt lookup remembers earlier answers (Regenerate copies the last one), so a bench's repeat of a
-    prompt drafted the whole answer before it and 'won' 2x; --first-sight empties that memory every run.
-    (Whether a copy pays is this machine's business: on two cores a 135M target's 2-token verify costs two
-    plain rounds, so lookup drafts only what it has seen to be right; 48 tokens leave it room to see it.)"""
+def test_bench_says_whether_lookup_remembers_earlier_runs_and_first_sight_empties_it(smollm, tmp_path):
+    """A repeat can copy the run before from prompt lookup's memory (as Regenerate does); the bench says so,
+    and --first-sight measures every run as a first question.  Whether a copy pays is this machine's
+    business (a loaded two-core CPU's 2-token verify can cost what it wins), so what is drafted is checked
+    with a fake pair whose decodes cost the same on any machine (tests/harness/test_bench.py)."""
     suite = tmp_path / "suite.jsonl"
     suite.write_text(json.dumps({"id": "poem", "task": "chat",
                                  "messages": [{"role": "user", "content": "Write a short poem about the sea."}]}))
@@ -115,19 +115,17 @@ def test_bench_first_sight_measures_a_repeat_as_new_instead_of_a_copy_of_the_run
     def lookup_repeat(*flags) -> tuple[str, dict]:
         out = tmp_path / "bench.json"
         proc = specchat("bench", "--target", smollm, "--modes", "baseline,lookup", "--suite", suite,
-                        "--max-tokens", "48", "--repeat", "2", "--json", out, *flags)
+                        "--max-tokens", "24", "--repeat", "2", "--json", out, *flags)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(out.read_text())
         assert doc["first_sight"] is bool(flags)
         return proc.stdout, next(r for r in doc["runs"] if r["mode"] == "lookup" and r["repeat"] == 1)
 
-    stdout, copied = lookup_repeat()
+    stdout, kept = lookup_repeat()
     assert "lookup memory: kept across runs" in stdout and "--first-sight" in stdout  # said, not silent
-    assert copied["tokens"] == 48 and copied["accepted"] >= 24  # the answer before, drafted from memory
     stdout, fresh = lookup_repeat("--first-sight")
     assert "lookup memory: emptied before every run" in stdout
-    assert fresh["token_ids"] == copied["token_ids"]  # the same answer (lossless) ...
-    assert fresh["accepted"] < 10  # ... drafted only from its own context, as a first question is
+    assert fresh["token_ids"] == kept["token_ids"] and len(fresh["token_ids"]) == 24  # the same answer
 
 
 def test_bench_rejects_a_bad_suite(tmp_path, smollm):

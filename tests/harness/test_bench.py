@@ -2,11 +2,17 @@
 
 import json
 
+from pathlib import Path
+
 import pytest
+from helpers.fakes import FakeSpec, fake_pair
 
 from specchat import metrics
 from specchat.engine import Mode
-from specchat.harness.bench import BenchRun, summarize
+from specchat.engine.pair import PairConfig
+from specchat.engine.settings import SamplingSettings
+from specchat.harness.bench import BenchRun, run_bench, summarize
+from specchat.harness.suite import BenchPrompt
 from specchat.metrics import Counts
 
 # docs/ARCHITECTURE.md, "Command line contract": scripts read these keys of every run
@@ -66,3 +72,23 @@ def test_decode_speed_leaves_out_the_first_token_and_is_undefined_without_decodi
     assert metrics.decode_tok_s(metrics.decoded_tokens(11), 2.0) == 5.0
     assert metrics.decode_tok_s(metrics.decoded_tokens(1), 2.0) is None
     assert metrics.multiplier(None, 10.0) is None and metrics.multiplier(15.0, 10.0) == 1.5
+
+
+@pytest.mark.parametrize("first_sight", [False, True])
+def test_first_sight_measures_a_repeat_as_new_instead_of_a_copy_of_the_run_before(first_sight):
+    """Prompt lookup remembers earlier answers (Regenerate copies the last one), so a bench's repeat of a
+    prompt can draft the whole answer before it and 'win' 2x; --first-sight empties that memory every run.
+    Every decode of the fake pair costs the same at any size, so a copy pays on any machine: what is
+    drafted depends on what lookup remembers, not on how busy the machine is (the CLI's own test of the
+    flag ran the real 135M model, whose 2-token verify on a loaded CI machine cost as much as a copy won)."""
+    pair = fake_pair(PairConfig(target=Path("t.gguf")), FakeSpec(answer_tokens=80, decode_s=0.002))
+    prompt = BenchPrompt(id="p", task="chat", messages=({"role": "user", "content": "Tell me about the sea."},))
+    runs, _ = run_bench(pair, [prompt], [Mode.BASELINE, Mode.LOOKUP], max_tokens=64, repeat=2,
+                        sampling=SamplingSettings(), first_sight=first_sight)
+    first, repeat = (next(r for r in runs if r.mode == "lookup" and r.repeat == i) for i in (0, 1))
+    assert repeat.token_ids == first.token_ids  # the same answer (lossless) ...
+    assert first.accepted <= 2  # a first question: the fake answer has little to copy from its own context
+    if first_sight:
+        assert repeat.accepted <= 2  # ... drafted only from its own context, as a first question is
+    else:
+        assert repeat.accepted >= 40  # ... drafted from the memory of the answer before (63 decoded tokens)
