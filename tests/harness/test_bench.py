@@ -1,12 +1,11 @@
 """The benchmark table: totals over runs pool the counts, as every other screen does."""
 
 import json
-
 from pathlib import Path
 
 import pytest
-from helpers.fakes import FakeSpec, fake_pair
 
+from helpers.fakes import FakeSpec, fake_pair
 from specchat import metrics
 from specchat.engine import Mode
 from specchat.engine.pair import PairConfig
