@@ -50,6 +50,11 @@ NEAR_BEST = 0.06  # auto's confidence stop stays in this range (below 0.3 a draf
 # what a round of an earlier answer weighs in a drafter's acceptance estimate, and how far a drafter's
 # run length returns toward its prior, per answer since (DraftController.start_answer)
 ANSWER_MEMORY = 0.25
+# a probe of a drafter with a confidence stop runs only where its expected gain over the rest of the answer
+# repays what it costs when wrong (DraftController._probe_pays): how many of its last probes say how often
+# one is right, and how many answers' lengths say how long the next is (a prior until one has ended)
+PROBE_MEMORY = 8
+ANSWER_LENGTHS, ANSWER_LEN_PRIOR = 8, 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +322,10 @@ class DraftController:
         # drafters not planned yet in this answer: each may be probed once early in it, as acceptance
         # is the text's (a draft model refused after a chat was right 9 tokens in 10 on the JSON after it)
         self._untried: set[Drafter] = set()
+        # the share of each probe's tokens the target accepted, its last PROBE_MEMORY probes (_probe_pays)
+        self._probes: dict[Drafter, deque[float]] = {name: deque(maxlen=PROBE_MEMORY) for name in KINDS}
+        self._lengths: deque[int] = deque(maxlen=ANSWER_LENGTHS)  # tokens of the last answers
+        self._emitted = 0  # tokens this answer's rounds emitted
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
         self.calibration = CostModel(costs.verify_s, costs.draft_s)
         self.calibration.draft_call_s = dict(costs.draft_call_s)
@@ -483,7 +492,8 @@ class DraftController:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
                                        match=match if kind.match_classes else 0), rate
             elif ((self._since_probe[name] >= self._probe_interval(name) or name in self._untried)
-                  and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate):
+                  and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate
+                  and (not kind.confidence_stop or self._probe_pays(name, k_hi, held, change_s))):
                 # a probe only where this proposal could pay if it were right (a change of verify
                 # size included): a probe that cannot pay even then teaches nothing worth its cost
                 # a drafter with a confidence stop probes as far as it is near-sure (its own confidence
@@ -504,6 +514,31 @@ class DraftController:
             # lookup at a weak match cost 4 plain tokens, 0.88x plain over the answer)
             return replace(best, one_off=True)
         return best
+
+    def _probe_pays(self, drafter: Drafter, k_hi: int, held: int, change_s: float) -> bool:
+        """Whether a probe of a drafter with a confidence stop is worth its cost: the chance it is right
+        times what drafting at :data:`P_MIN_HI` saves over the tokens this answer likely has left, against
+        the chance it is wrong times what a rejected probe costs beyond a plain round.
+
+        Where a fully right draft pays little (a 2-core CPU's 7B-shape pair: K = 3 at 1.2x, at 9 in 10
+        no gain), a probe once an answer cost more than any answer could win back: four near-sure
+        probes of 2-4 tokens, every one rejected, cost 6% of 64-token answers (0.94x plain).  The chance
+        is the accepted share of its last probes (one right in two before any), so a draft whose
+        near-sure tokens keep failing is asked less often where it could win little, and still asked
+        where it could win much (a GPU's chat, then JSON)."""
+        plain = self.costs.rate(Drafter.NONE, 0, 0.0)
+        # a text it is right on is drafted round after round: at the steady cost, its changes of size shared
+        good = self.costs.best_k(drafter, P_MIN_HI, 1, k_hi)[1]
+        if good <= plain:
+            return False
+        pk = self._shortest_near_best(drafter, P_MIN_HI, k_hi, held, change_s)
+        wrong = 1.0 / self._best_k(drafter, 0.0, pk, pk, held, change_s)[1] - 1.0 / plain
+        seen = self._probes[drafter]
+        right = (sum(seen) + 1.0) / (len(seen) + 2.0)
+        expected = sum(self._lengths) / len(self._lengths) if self._lengths else ANSWER_LEN_PRIOR
+        # an answer that ran past the usual length is taken to have half of it left (it can't be known)
+        left = max(expected - self._emitted, expected / 2)
+        return right * left * (1.0 / plain - 1.0 / good) > (1.0 - right) * max(wrong, 0.0)
 
     def _shortest_near_best(self, drafter: Drafter, a: float, k_hi: int, held: int, change_s: float) -> int:
         """The shortest K whose rate at acceptance ``a`` is within :data:`NEAR_BEST` of the best one's.
@@ -661,6 +696,7 @@ class DraftController:
         """Tokens since each drafter last ran (when ``auto`` probes it again, what it catches up on), and
         which are still untried."""
         self._untried.discard(plan.drafter)
+        self._emitted += emitted
         for name in self._behind:
             self._behind[name] = 0 if name == plan.drafter else self._behind[name] + emitted
         for name in self._since_probe:
@@ -725,6 +761,7 @@ class DraftController:
         if plan.probe and KINDS[plan.drafter].confidence_stop:
             # a probe stops at P_MIN_HI, not where auto's drafts stop: its acceptance counts, not its stop
             counts = replace(counts, k_sum=counts.drafted)
+            self._probes[plan.drafter].append(r.accepted / r.drafted)
         self.windows[plan.drafter].add(counts)
         if KINDS[plan.drafter].match_classes and plan.match:
             self.lookup_windows[match_class(plan.match)].add(counts)
@@ -815,6 +852,9 @@ class DraftController:
         (AcceptanceWindow.age)."""
         self.answer = Counts()
         self._warned = False
+        if self._emitted:
+            self._lengths.append(self._emitted)
+        self._emitted = 0
         self._untried = {name for name, kind in KINDS.items() if kind.needs_model}
         self._behind = dict.fromkeys(KINDS, 0)  # a drafter that runs in this answer prefills its prompt
         # a cooldown ends with its answer: the rails judged that text, and the next is another.  Carried
