@@ -1,5 +1,7 @@
 """The controller speculates where it pays and falls back where it does not."""
 
+import random
+
 import pytest
 
 from specchat.engine.controller import CostModel, DraftController, Plan, expected_tokens
@@ -584,3 +586,30 @@ def test_auto_keeps_probing_once_an_answer_where_a_right_draft_wins_much():
     every earlier answer is still asked at the start of the next (a JSON answer after chat is where it pays)."""
     asked = asked_per_answer(GPU, GPU_DRAFT, 10)
     assert all(n >= 1 for n in asked[1:]), asked
+
+
+@pytest.mark.parametrize("verify, draft, falls_back", [(CPU_7B_STEEP, CPU_7B_DRAFT, True), (GPU, GPU_DRAFT, False)])
+def test_forced_draft_mode_falls_back_where_a_draft_right_8_in_10_cannot_pay_and_says_why(verify, draft,
+                                                                                           falls_back):
+    """Right often enough by the acceptance thresholds, the 7B-shape pair's draft on two cores still cost more
+    than it won (forced draft mode 0.87x plain at alpha 0.8, below llama-server's ngram-mod at 1.00x): the
+    rails now fall back where no K can pay at the measured acceptance, and say it is the machine's costs.  On
+    a GPU the same draft pays and keeps drafting."""
+    c = controller(verify, draft)
+    costs = CostModel(verify)
+    rng = random.Random(7)
+    events = []
+    for _ in range(40):
+        plan = c.plan(Mode.DRAFT, {"model": 8})
+        if plan.drafter != "model":
+            break
+        accepted = next((j for j in range(plan.k) if rng.random() >= 0.8), plan.k)  # each token right 8 in 10
+        events += c.observe(Mode.DRAFT, plan, RoundStats(
+            0, plan.drafter, plan.k, plan.k, accepted, accepted + 1, draft * (plan.k + 1),
+            costs.verify(plan.k + 1), 0.0001, draft_decoded=plan.k + 1))
+    fallbacks = [e.reason for e in events if not e.warning]
+    if falls_back:
+        assert plan == Plan("none", 0, fallback=True) and len(fallbacks) == 1
+        assert "cannot pay on this machine" in fallbacks[0] and "plain decoding for 64 tokens" in fallbacks[0]
+    else:
+        assert plan.drafter == "model" and not fallbacks

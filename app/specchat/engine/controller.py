@@ -767,8 +767,9 @@ class DraftController:
             self.lookup_windows[match_class(plan.match)].add(counts)
 
     def _guard_rails(self, mode: Mode, drafter: Drafter) -> list[Fallback]:
-        """The forced modes' rails: a drafter whose full window cannot pay at any K and whose token or
-        sequence acceptance is under its threshold cools down (plain decoding for a while).
+        """The forced modes' rails: a drafter whose full window cannot pay at any K cools down (plain
+        decoding for a while), saying why: its token or sequence acceptance under its threshold, or,
+        where it is right often enough, this machine's costs (when they were timed on a quiet machine).
 
         They are for the forced modes, which have no cost model to stop them.  auto's own test (the
         drafter's expected rate against plain, every round) already stops a drafter that cannot pay;
@@ -787,7 +788,16 @@ class DraftController:
             reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
         elif sa is not None and sa < s.min_sequence_acceptance:
             reason = f"sequence acceptance {sa:.0%} < {s.min_sequence_acceptance:.0%}"
-        else:
+        elif self.costs.reliable:
+            # right often enough by the thresholds, but this machine's verify is too dear for that: the
+            # 7B-shape pair on two cores at alpha 0.9 (a draft right 9 times in 10) ran forced draft mode
+            # at 0.97x plain, below llama-server's ngram-mod (1.03x), where no K could pay (0.93x at best)
+            a = w.optimistic_rate(s.explore_z)
+            k, best = self.costs.best_k(drafter, a, 1, self.k_max(drafter))
+            plain = self.costs.rate(Drafter.NONE, 0, 0.0)
+            reason = (f"at {a:.0%} per token it cannot pay on this machine (best {best / plain:.2f}x plain, "
+                      f"K = {k})")
+        else:  # costs timed on a busy machine say nothing the thresholds have not
             return []
         self._cooldown[drafter] = s.cooldown_tokens
         return [Fallback(f"{drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
