@@ -191,7 +191,7 @@ def contender_names(cpu: bool) -> dict[str, str]:
 
 def bench_table(doc: dict[str, Any], cpu: bool) -> list[str]:
     """The markdown rows of one alpha's bench (every prompt pooled), x SpecChat plain."""
-    from specchat.harness.bench import BenchRun, median_runs, summarize
+    from specchat.harness.bench import BenchRun, interval_text, median_runs, summarize
     from specchat.metrics import Counts
 
     runs = [BenchRun.from_json(r) for r in doc["runs"]]
@@ -199,8 +199,8 @@ def bench_table(doc: dict[str, Any], cpu: bool) -> list[str]:
     labels = [k for k in names if any(r.mode == k for r in runs)]
     rows = {r.mode: r for r in summarize(runs, labels, base="baseline") if r.task == "all"}
     med = median_runs(runs)
-    lines = ["| contender | tok/s | x SpecChat plain | token acceptance | mean K | ms per drafted token | "
-             "ms per round's verify |", "|---|---|---|---|---|---|---|"]
+    lines = ["| contender | tok/s | x SpecChat plain | 95% paired | token acceptance | mean K | ms per drafted token | "
+             "ms per round's verify |", "|---|---|---|---|---|---|---|---|"]
     for label in labels:
         row = rows[label]
         c = Counts.total(r.counts for r in med if r.mode == label)
@@ -208,7 +208,7 @@ def bench_table(doc: dict[str, Any], cpu: bool) -> list[str]:
         per_verify = f"{c.verify_s / c.rounds * 1e3:.2f}" if c.rounds and c.verify_s else "-"
         acc = f"{row.token_acceptance:.0%}" if row.token_acceptance is not None else "-"
         mult = f"{row.multiplier:.2f}x" if row.multiplier is not None else "-"
-        lines.append(f"| {names[label]} | {row.decode_tok_s:.1f} | {mult} | {acc} | "
+        lines.append(f"| {names[label]} | {row.decode_tok_s:.1f} | {mult} | {interval_text(row.paired)} | {acc} | "
                      f"{row.mean_k:.1f} | {per_draft} | {per_verify} |")
     return lines
 

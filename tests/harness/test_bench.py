@@ -10,7 +10,7 @@ from specchat import metrics
 from specchat.engine import Mode
 from specchat.engine.pair import PairConfig
 from specchat.engine.settings import SamplingSettings
-from specchat.harness.bench import BenchRun, run_bench, summarize
+from specchat.harness.bench import BenchRun, format_table, run_bench, summarize
 from specchat.harness.suite import BenchPrompt
 from specchat.metrics import Counts
 
@@ -21,12 +21,12 @@ CONTRACT_KEYS = {"mode", "task", "prompt_id", "tokens", "token_ids", "output", "
 
 
 def run(mode: str, prompt: str, *, tokens: int, decode_s: float, drafted=0, accepted=0, rwd=0, rfa=0, k_sum=0,
-        prompt_tokens=100, prefill_s=1.0):
+        prompt_tokens=100, prefill_s=1.0, repeat=0):
     counts = Counts(tokens=tokens, decoded=tokens - 1, prompt_tokens=prompt_tokens, drafted=drafted,
                     accepted=accepted, rounds=max(rwd, 1), rounds_with_draft=rwd, rounds_fully_accepted=rfa,
                     k_sum=k_sum, prefill_s=prefill_s, decode_s=decode_s, verify_s=decode_s,
                     overhead_s=0.1 * decode_s)
-    return BenchRun(mode=mode, task="code", prompt_id=prompt, repeat=0, token_ids=list(range(tokens)),
+    return BenchRun(mode=mode, task="code", prompt_id=prompt, repeat=repeat, token_ids=list(range(tokens)),
                     output="x" * tokens, stop_reason="max_tokens", fallbacks=[], counts=counts)
 
 
@@ -50,6 +50,35 @@ def test_totals_over_prompts_pool_the_counts_instead_of_averaging_ratios():
     assert total.prefill_tok_s == (100 + 300) / 2.0  # pooled too: not the median of 100 and 300 tok/s
     assert total.overhead_share == pytest.approx(0.1)  # pooled overhead / pooled decode time
     assert rows[("all", "baseline")].token_acceptance is None  # nothing drafted: a dash, not 0%
+
+
+def test_the_multiplier_comes_with_how_sure_it_is_from_the_runs_measured_side_by_side():
+    """A shared machine's speed drifts between prompts (here 2x): pairs of runs made side by side cancel the
+    drift, so a mode that is always 1.5x its neighbouring plain run is known to be 1.5x, while one whose
+    ratio varies from 0.9x to 1.1x gets an interval that says it may be either side of plain."""
+    runs = []
+    for rep in range(2):
+        for i, slow in enumerate((1.0, 2.0, 1.0, 2.0)):  # the machine's speed at that moment
+            runs.append(run("baseline", f"p{i}", tokens=101, decode_s=10.0 * slow, repeat=rep))
+            runs.append(run("draft", f"p{i}", tokens=101, decode_s=10.0 * slow / 1.5, repeat=rep))
+            runs.append(run("lookup", f"p{i}", tokens=101, decode_s=10.0 * slow / (0.9 if (i + rep) % 2 else 1.1),
+                            repeat=rep))
+    rows = {r.mode: r for r in summarize(runs, ["baseline", "draft", "lookup"]) if r.task == "all"}
+    mean, low, high = rows["draft"].paired
+    assert mean == pytest.approx(1.5) and low == pytest.approx(1.5) and high == pytest.approx(1.5)
+    mean, low, high = rows["lookup"].paired
+    assert low < 0.95 and high > 1.05 and low < mean < high
+    assert rows["baseline"].paired is None  # plain against itself has nothing to say
+    table = format_table(list(rows.values()))
+    assert "95% paired" in table and f"{low:.2f}-{high:.2f}" in table and "1.50-1.50" in table
+
+
+def test_one_pair_gives_no_interval_and_the_table_shows_a_dash():
+    runs = [run("baseline", "a", tokens=11, decode_s=1.0), run("draft", "a", tokens=11, decode_s=0.5),
+            run("draft", "b", tokens=11, decode_s=0.5)]  # b has no plain run beside it: not a pair
+    row = next(r for r in summarize(runs, ["baseline", "draft"]) if r.task == "all" and r.mode == "draft")
+    assert row.paired is None
+    assert format_table([row]).splitlines()[-1].split()[4] == "-"
 
 
 def test_a_run_keeps_every_key_of_the_json_contract_and_reads_back():

@@ -73,6 +73,10 @@ class BenchRow:
     mean_k: float
     overhead_share: float  # overhead / decode time
     tokens: int
+    # the multiplier's 95% interval from the runs paired with the base's (same prompt and repeat): the
+    # geometric mean of the pairs' ratios and its low and high end (metrics.paired_interval); None: fewer
+    # than two pairs
+    paired: tuple[float, float, float] | None = None
 
 
 def run_one(pair: SpeculativePair, prompt: BenchPrompt, mode: Mode, repeat: int, *, max_tokens: int,
@@ -222,17 +226,23 @@ def summarize(runs: Sequence[BenchRun], modes: Sequence[Mode | str], *, base: st
     for task in tasks:
         base_runs = [r for r in med if r.mode == base and task in ("all", r.task)]
         base_rate = Counts.total(r.counts for r in base_runs).decode_tok_s if base_runs else None
+        # every run, not the medians: the interval is of the pairs measured side by side
+        base_by_run = {(r.prompt_id, r.repeat): r.decode_tok_s for r in runs
+                       if r.mode == base and task in ("all", r.task)}
         for label in labels:
             sel = [r for r in med if r.mode == label and task in ("all", r.task)]
             if not sel:
                 continue
             total = Counts.total(r.counts for r in sel)
+            pairs = [(r.decode_tok_s, base_by_run[(r.prompt_id, r.repeat)]) for r in runs
+                     if r.mode == label and task in ("all", r.task) and (r.prompt_id, r.repeat) in base_by_run]
             rows.append(BenchRow(
                 task=task, mode=label, decode_tok_s=total.decode_tok_s or 0.0,
                 multiplier=metrics.multiplier(total.decode_tok_s, base_rate),
                 token_acceptance=total.token_acceptance, sequence_acceptance=total.sequence_acceptance,
                 prefill_tok_s=total.prefill_tok_s or 0.0, mean_k=total.mean_k or 0.0,
                 overhead_share=metrics.ratio(total.overhead_s, total.decode_s) or 0.0, tokens=total.tokens,
+                paired=metrics.paired_interval(pairs) if label != base else None,
             ))
     return rows
 
@@ -241,10 +251,17 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+def interval_text(paired: tuple[float, float, float] | None) -> str:
+    """A multiplier's paired 95% interval in a table cell ("0.91-1.03"), or a dash."""
+    return "-" if paired is None else f"{paired[1]:.2f}-{paired[2]:.2f}"
+
+
 def format_table(rows: Sequence[BenchRow]) -> str:
+    """The bench's table.  "95% paired" is the range the multiplier's true value lies in, judged from how
+    much the ratio varied between the prompts and repeats run side by side (at least two of them)."""
     width = max([9] + [len(r.mode) for r in rows])
-    head = f"{'task':<9} {'mode':<{width}} {'decode tok/s':>12} {'x plain':>8} {'tok acc':>8} {'seq acc':>8} " \
-           f"{'mean K':>7} {'overhead':>9} {'prefill tok/s':>13}"
+    head = f"{'task':<9} {'mode':<{width}} {'decode tok/s':>12} {'x plain':>8} {'95% paired':>10} {'tok acc':>8} " \
+           f"{'seq acc':>8} {'mean K':>7} {'overhead':>9} {'prefill tok/s':>13}"
     lines = [head, "-" * len(head)]
     last = None
     for r in rows:
@@ -253,7 +270,8 @@ def format_table(rows: Sequence[BenchRow]) -> str:
         last = r.task
         mult = "-" if r.multiplier is None else f"{r.multiplier:.2f}x"
         lines.append(
-            f"{r.task:<9} {r.mode:<{width}} {r.decode_tok_s:>12.1f} {mult:>8} {_pct(r.token_acceptance):>8} "
+            f"{r.task:<9} {r.mode:<{width}} {r.decode_tok_s:>12.1f} {mult:>8} {interval_text(r.paired):>10} "
+            f"{_pct(r.token_acceptance):>8} "
             f"{_pct(r.sequence_acceptance):>8} {r.mean_k:>7.1f} {r.overhead_share:>9.1%} {r.prefill_tok_s:>13.1f}"
         )
     return "\n".join(lines)
