@@ -268,9 +268,9 @@ def test_a_round_charges_the_draft_decodes_it_makes():
     assert draft_decodes("model", 4, 0.5) == pytest.approx(4.0625)
     assert draft_decodes("lookup", 4, 0.9) == 4
     c = controller(GPU, GPU_DRAFT)
-    c.observe(Mode.DRAFT, Plan("model", 3), RoundStats(0, "model", 3, 3, 3, 4, 0.020, 0.021, 0.0,
+    c.observe(Mode.DRAFT, Plan("model", 3), RoundStats(0, "model", 3, 3, 3, 4, 0.020, 0.0215, 0.0,
                                                        catch_up=1, draft_decoded=4))
-    assert c.costs.draft_s["model"] == pytest.approx(0.8 * GPU_DRAFT + 0.2 * 0.005)  # 20 ms / 4 decodes, not / 3
+    assert c.costs.draft_token("model") == pytest.approx(0.8 * GPU_DRAFT + 0.2 * 0.005)  # 20 ms / 4 decodes, not / 3
 
 
 def test_lookup_learns_per_match_length_and_drafts_long_behind_a_copy():
@@ -613,3 +613,39 @@ def test_forced_draft_mode_falls_back_where_a_draft_right_8_in_10_cannot_pay_and
         assert "cannot pay on this machine" in fallbacks[0] and "plain decoding for 64 tokens" in fallbacks[0]
     else:
         assert plan.drafter == "model" and not fallbacks
+
+
+# the 7B-shape pair on a 2-core CPU (gpu_kit.py measure --cpu, 2026-11-27): where a draft right 9 times in
+# 10 is worth 1.00x plain at best, and one right every time 1.2x
+KIT_7B = {1: 0.224, 2: 0.428, 3: 0.558, 4: 0.648, 5: 0.820, 9: 1.70}
+KIT_7B_DRAFT = 0.034
+
+
+def test_a_machine_that_slows_down_moves_every_verify_size_alike():
+    """Plain decoding measures only one-token rounds.  Learned on its own, that size drifted from the
+    calibrated others: 10% slower made a near-sure draft look worth 1.10x plain, and auto probed the draft
+    model in 9 of 12 answers where it could not pay (19 of 21 probed tokens rejected)."""
+    c = controller(KIT_7B, KIT_7B_DRAFT)
+    for _ in range(3):  # answers of 64 plain tokens on a machine 10% slower than at the calibration
+        c.start_answer()
+        for _ in range(64):
+            c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.224 * 1.1))
+    assert c.costs.verify(1) == pytest.approx(0.224 * 1.1, rel=0.01)
+    assert c.costs.verify(4) / c.costs.verify(1) == pytest.approx(0.648 / 0.224, rel=0.01)
+    assert c.costs.draft_token("model") == pytest.approx(KIT_7B_DRAFT * 1.1, rel=0.01)  # it runs on the same cores
+    c.start_answer()
+    assert c.plan(Mode.AUTO, {"model": 8}) == Plan("none", 0)  # no probe: right or wrong, it cannot pay
+
+
+def test_a_size_learns_what_it_costs_against_one_token_from_its_own_rounds():
+    """The calibration's shape is corrected where the rounds say otherwise (a size timed on a busier
+    moment, say), and a change of speed in between still moves every size."""
+    c = controller(KIT_7B, KIT_7B_DRAFT)
+    for _ in range(200):  # 4-token verifies cost 20% more than calibrated, against one token's cost
+        c.observe(Mode.DRAFT, Plan("model", 3), round_stats("model", 3, 3, 3, verify=0.648 * 1.2))
+        c.observe(Mode.DRAFT, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.224))
+    assert c.costs.verify(4) == pytest.approx(0.648 * 1.2, rel=0.03)
+    assert c.costs.verify(1) == pytest.approx(0.224, rel=0.03)
+    for _ in range(40):  # then the machine runs at half speed; only one-token rounds show it
+        c.observe(Mode.DRAFT, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.448))
+    assert c.costs.verify(4) == pytest.approx(2 * 0.648 * 1.2, rel=0.05)

@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fakes import ANSWERS, FakeSpec, fake_pair
+from helpers.fakes import ANSWERS, FakeClock, FakeSpec, fake_pair
 from specchat.engine import Done, Fallback, Mode, RoundStats, StopReason, TokensEmitted
 from specchat.engine.pair import CancelToken, PairConfig
 
 MSGS = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(autouse=True)
+def fake_time(monkeypatch):
+    """Rounds cost what the fake's table says: the controller's choices (K, when to fall back) are the
+    same on every machine, not the machine's microsecond jitter."""
+    return FakeClock().install(monkeypatch)
 
 
 def run(pair, mode: Mode, max_tokens: int = 500, cancel_after: int | None = None):
@@ -70,10 +77,14 @@ def test_a_draft_that_is_sometimes_wrong_is_partly_accepted_and_the_counts_add_u
     assert s.tokens == 300
 
 
-def test_a_perfect_draft_is_accepted_whole():
+def test_a_perfect_draft_is_accepted_whole_up_to_the_end_of_the_answer():
     pair = make(FakeSpec(answer_tokens=200, miss_every=0))
-    _, _, _, done = run(pair, Mode.DRAFT)
-    assert done.stats.token_acceptance == 1.0 and done.stats.sequence_acceptance == 1.0
+    _, rounds, _, done = run(pair, Mode.DRAFT)
+    *body, last = [r for r in rounds if r.drafted]
+    assert len(body) > 20 and all(r.accepted == r.drafted for r in body)
+    # the last round drafts the end of turn, which is accepted; what the draft made up after it is not
+    assert last.accepted >= 1 and last.emitted == last.accepted and done.stop_reason is StopReason.EOG
+    assert done.stats.tokens == 200
 
 
 def test_stop_takes_effect_within_a_round():

@@ -43,6 +43,36 @@ ANSWERS = (
 )
 
 
+class FakeClock:
+    """Seconds as the fake models spend them: each decode advances it by what the spec's costs say (a
+    target decode of n tokens its fitted verify cost, plus ``RECAPTURE_S`` where shapes are kept and
+    llama.cpp would re-capture; a draft decode ``draft_cost_s``).  ``install(monkeypatch)`` makes it the
+    clock the generation loop and the drafters time rounds with, so what the controller learns is the
+    fake's stated costs, whatever the machine running the test is doing."""
+
+    RECAPTURE_S = 0.004
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def install(self, monkeypatch) -> FakeClock:
+        import types
+
+        from specchat.engine import drafters, generate
+
+        for module in (generate, drafters):
+            monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=self, monotonic=time.monotonic,
+                                                                     sleep=time.sleep, time=time.time))
+        monkeypatch.setattr(f"{__name__}._CLOCK", self)
+        return self
+
+
+_CLOCK: FakeClock | None = None  # the installed clock (FakeClock.install), None: rounds take real time
+
+
 @dataclass(frozen=True)
 class FakeSpec:
     """How the fake pair behaves; the defaults stream a 120-token answer at once."""
@@ -105,6 +135,18 @@ class FakeModel(LoadedModel):
             token = (token + 1) % 256
         return token
 
+    def _cost(self, n: int) -> float:
+        """What a decode of n tokens costs on the fake clock (the one just recorded in ``shapes``)."""
+        if self.is_draft:
+            seconds = self.spec.draft_cost_s * (1 if n == 1 else CostModel(dict(self.spec.costs)).verify(n)
+                                                / self.spec.costs[1])
+        else:
+            seconds = CostModel(dict(self.spec.costs)).verify(n)
+        s = self.shapes
+        if self.shape_sensitive and (len(s) < 3 or not s[-1] == s[-2] == s[-3]):
+            seconds += FakeClock.RECAPTURE_S
+        return seconds
+
     def recaptures(self, since: int = 0) -> int:
         """Decodes from ``since`` on that llama.cpp's CUDA backend would re-capture a graph for:
         it replays only after two calls of the same shape."""
@@ -166,6 +208,8 @@ class FakeModel(LoadedModel):
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > {self.n_ctx}")
         self.decode_calls += 1
         self.shapes.append(len(tokens))
+        if _CLOCK is not None:
+            _CLOCK.t += self._cost(len(tokens))
         if self.spec.decode_s:
             time.sleep(self.spec.decode_s)
         if self.abort_token is not None and self.abort_token.cancelled:  # as llama.cpp's abort callback stops it

@@ -377,7 +377,7 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     rc = gpu_kit.main(["measure", "--cpu", "--shape", "tiny", "--f16", "--alphas", "0.9", "--tokenizer", str(qwen_draft),
                        "--work", str(tmp_path / "pairs"), "--out", str(out), "--site", str(tmp_path / "no-site"),
                        "--llama-server", str(LLAMA_SERVER), "--llama-bench", str(tmp_path / "none"),
-                       "--max-tokens", "24", "--tasks", "code", "--reps", "2", "--depth", "64"])
+                       "--max-tokens", "24", "--tasks", "code", "--reps", "2", "--depth", "64", "--repeat", "2"])
 
     assert rc == 0
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["bench-a0.9.json", "logs.tar.gz", "report.md",
@@ -395,6 +395,10 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     assert sum(r["drafted"] for r in drafted) > 0 and sum(r["accepted"] for r in drafted) > 0
     server = [r for r in runs if r["mode"] == "server"]
     assert all(r["tokens"] > 0 for r in server)
+    # ngram-mod starts afresh for each repeat: the second is a first question too, not a copy of the first
+    ngram = {(r["prompt_id"], r["repeat"]): (r["drafted"], r["accepted"]) for r in runs if r["mode"] == "server-2"}
+    assert {k[1] for k in ngram} == {0, 1}
+    assert all(ngram[(p, 1)] == ngram[(p, 0)] for p, _ in ngram), ngram
     costs = result["costs"]
     assert set(costs["target"]["steady_s"]) == set(costs["target"]["churn_s"]) >= {"1", "4", "16"}
     sampling = result["sampling"]["methods"]  # the draft's choice four ways, each in its own process

@@ -28,7 +28,14 @@ from .shapes import CALLS_PER_CHANGE, CATCH_UP_ONE_BY_ONE
 
 RECHECKED = "re-checked at "  # how a re-check's brief begins (the stats line folds repeats of it)
 
-EMA = 0.2  # weight of a new cost measurement
+EMA = 0.2  # weight of a new cost measurement (the level of the verify costs: CostModel)
+# weight of a steady round in its own size's shape: a quarter of the level's, so that a lasting change
+# of speed seen at one size (plain decoding's 1-token rounds) goes mostly to the level of every size
+SHAPE_EMA = 0.05
+# the verify size whose shape stays the calibration's, so that the level is how fast one token runs now
+# against it: a size learning its own shape from its own rounds alone took a share of every change of
+# speed (a 3x slowdown seen in 1-token rounds left the calibrated 1-token cost 18% up, above 2 tokens')
+ANCHOR = 1
 # Prompt lookup's acceptance is learned per class of match length (the tokens of agreement behind a
 # proposal, drafters.PromptLookupDrafter.last_match): on the builtin suite's Qwen trace a proposal
 # behind a 1-token match was accepted for 0.3-0.9 tokens on average, behind 8 or more on edits and
@@ -116,15 +123,28 @@ def draft_decodes(drafter: str, k: int, a: float) -> float:
 
 
 class CostModel:
-    """Measured seconds for a target decode of n tokens, and a drafter's cost per token."""
+    """Measured seconds for a target decode of n tokens, and a drafter's cost per token.
+
+    A cost is a shape times a level.  The shape (``verify_s``, ``draft_s``) is what the load-time
+    calibration timed, each size corrected slowly by that size's own rounds; the level is how fast the
+    machine runs now against it, learned from every steady round whatever its size.  A machine that
+    slows down or speeds up (another program, a clock change) moves every size and the draft alike.
+
+    Learning each measured size on its own, as this once did, mixed sizes timed lately with sizes only
+    the calibration timed: on a 2-core CPU the 1-token rounds of plain decoding drifted 10% slower than
+    the calibrated larger sizes, which made a draft right 9 times in 10 look worth 1.10x where it was
+    worth 1.00x, and auto probed the draft model in 9 of 12 answers (7B-shape pair, alpha 0.6: 19 of 21
+    probed tokens rejected, each probe 1-2% of its answer).
+    """
 
     def __init__(self, verify_s: dict[int, float] | None = None, draft_s: dict[str, float] | None = None):
-        self.verify_s: dict[int, float] = dict(verify_s or {})
-        self.draft_s: dict[str, float] = dict(draft_s or {})
+        self.verify_s: dict[int, float] = dict(verify_s or {})  # seconds at level 1 (the calibration's)
+        self.draft_s: dict[str, float] = dict(draft_s or {})  # a drafter's seconds per token, at level 1
         # a drafter's fixed seconds per call on top of its cost per token: a trained drafter that drafts
         # a block in one pass (DFlash) costs about the same for 2 tokens as for 16.  Only the simulator
         # sets it (a profile's drafter costs, harness/simulate.py); the loop's drafters cost per token
         self.draft_call_s: dict[str, float] = {}
+        self.level = 1.0  # how many times the shape's seconds the machine's rounds take now
         self.overhead_s = 0.0
         # seconds one re-captured call adds where llama.cpp replays CUDA graphs (engine/shapes.py):
         # set by a calibration on such a backend, then learned from the rounds that change size
@@ -139,7 +159,11 @@ class CostModel:
         return not self.noise
 
     def verify(self, n: int) -> float:
-        """Cost of one target decode of n tokens; linear fit between measured sizes."""
+        """Cost of one target decode of n tokens now: the level times the shape, a linear fit between
+        its sizes."""
+        return self.level * self._shape(n)
+
+    def _shape(self, n: int) -> float:
         if n in self.verify_s:
             return self.verify_s[n]
         known = sorted(self.verify_s)
@@ -154,22 +178,45 @@ class CostModel:
         slope = (self.verify_s[hi] - self.verify_s[lo]) / (hi - lo)
         return max(self.verify_s[lo] + slope * (n - lo), 1e-6)
 
+    def draft_token(self, drafter: str) -> float:
+        """A drafter's seconds per token now (0 for one never timed)."""
+        return self.level * self.draft_s.get(drafter, 0.0)
+
+    def draft_call(self, drafter: str) -> float:
+        """A drafter's fixed seconds per call now (:attr:`draft_call_s`)."""
+        return self.level * self.draft_call_s.get(drafter, 0.0)
+
     def observe_verify(self, n: int, seconds: float, *, fresh: bool = False) -> None:
         """Learn from a verify of n rows.  A ``fresh`` one ran at a size llama.cpp had not replayed
         yet: it paid a re-capture on top of the steady cost, so it teaches the re-capture (what it
         cost beyond the steady estimate), not the steady cost of n.  Mixing the two made sizes that
-        are only met at changes look 1.5-2x dearer than they are (simulated H100 profile)."""
+        are only met at changes look 1.5-2x dearer than they are (simulated H100 profile).
+
+        A steady one moves the level at :data:`EMA`, then, after the level has taken its share, its own
+        size's shape at :data:`SHAPE_EMA` (not :data:`ANCHOR`'s, which stays the calibration's): a
+        lasting change of speed goes to the level (every size), what stays particular to one size
+        against one token's cost to its shape."""
         if fresh:
             if self.verify_s:
                 extra = max(seconds - self.verify(n), 0.0)
                 self.recapture_s = (1 - EMA) * self.recapture_s + EMA * extra
             return
+        if not seconds > 0:  # a clock that measured nothing (a fake backend) says nothing of speed
+            return
+        if not self.verify_s:
+            self.verify_s[n] = seconds / self.level
+            return
+        self.level *= 1 + EMA * (seconds / self.verify(n) - 1)
+        if n == ANCHOR and ANCHOR in self.verify_s:
+            return  # one token is what the level is measured against: its rounds move only the level
+        own = seconds / self.level
         old = self.verify_s.get(n)
-        self.verify_s[n] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+        self.verify_s[n] = own if old is None else (1 - SHAPE_EMA) * old + SHAPE_EMA * own
 
     def observe_draft(self, drafter: str, seconds_per_token: float) -> None:
+        own = seconds_per_token / self.level
         old = self.draft_s.get(drafter)
-        self.draft_s[drafter] = seconds_per_token if old is None else (1 - EMA) * old + EMA * seconds_per_token
+        self.draft_s[drafter] = own if old is None else (1 - EMA) * old + EMA * own
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead_s = (1 - EMA) * self.overhead_s + EMA * seconds
@@ -178,7 +225,7 @@ class CostModel:
         """Expected seconds a round drafting k tokens spends drafting (0 without a draft)."""
         if k <= 0:
             return 0.0
-        return draft_decodes(drafter, k, a) * self.draft_s.get(drafter, 0.0) + self.draft_call_s.get(drafter, 0.0)
+        return draft_decodes(drafter, k, a) * self.draft_token(drafter) + self.draft_call(drafter)
 
     def catch_up_cost(self, drafter: str, behind: int) -> float:
         """Seconds a draft model spends, where shapes are kept (engine/shapes.py), catching up on the
@@ -186,7 +233,7 @@ class CostModel:
         ``CATCH_UP_ONE_BY_ONE``, else one batch (the target's curve scaled to the draft's cost per token)
         that re-captures, with the two 1-token steps after it.  On the H100 profile a catch-up after a
         stretch of plain rounds cost 1.5-3 plain tokens, more than most tries of the draft won back."""
-        per = self.draft_s.get(drafter, 0.0)
+        per = self.draft_token(drafter)
         if behind <= 0 or not per or drafter not in _PER_DECODE:
             return 0.0
         if behind <= CATCH_UP_ONE_BY_ONE:
@@ -329,9 +376,9 @@ class DraftController:
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
         self.calibration = CostModel(costs.verify_s, costs.draft_s)
         self.calibration.draft_call_s = dict(costs.draft_call_s)
+        self.calibration.level = costs.level
         self.calibration.noise = costs.noise
         self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
-        self._measured: set[int] = set()  # verify sizes measured since the load
         self._refused = False  # auto refused the draft model (answer_plan) and has not re-planned it in
         self._checked_drift = 1.0  # the drift the last plan rests on
 
@@ -391,7 +438,7 @@ class DraftController:
             return AnswerPlan(others, (Fallback(
                 "auto: the draft model cannot pay on this machine (best case "
                 f"{best:.2f}x plain even if every token were accepted: "
-                f"a draft token costs {self.costs.draft_s.get(Drafter.MODEL, 0) * 1e3:.1f} ms, "
+                f"a draft token costs {self.costs.draft_token(Drafter.MODEL) * 1e3:.1f} ms, "
                 f"verifying {k} tokens {self.costs.verify(k) * 1e3:.0f} ms "
                 f"vs {self.costs.verify(1) * 1e3:.1f} ms for one)",
                 permanent=True,
@@ -415,7 +462,7 @@ class DraftController:
         this project's 2-core CPU it is 1.0 and the clamp keeps only near-certain tokens.
         """
         c = self.costs
-        extra = (c.draft_s.get(Drafter.MODEL, 0.0) + c.draft_call_s.get(Drafter.MODEL, 0.0) / max(k, 1)
+        extra = (c.draft_token(Drafter.MODEL) + c.draft_call(Drafter.MODEL) / max(k, 1)
                  + (c.verify(k + 1) - c.verify(1)) / max(k, 1))
         share = extra / (c.verify(1) + c.overhead_s)
         return min(max(share, P_MIN_LO), P_MIN_HI)
@@ -574,8 +621,8 @@ class DraftController:
         stay = self._stay[drafter]
         if stay < CALLS_PER_CHANGE + 1:  # its rounds get rows for themselves (Plan.one_off): nothing shares
             stay = 1.0
-        per = c.draft_s.get(drafter, 0.0)
-        call = c.draft_call_s.get(drafter, 0.0)
+        per = c.draft_token(drafter)
+        call = c.draft_call(drafter)
 
         def round_of(n: int) -> tuple[float, float]:
             """(tokens, seconds) of a round that drafts n tokens."""
@@ -688,7 +735,6 @@ class DraftController:
         refused draft model on it (:meth:`_recheck`)."""
         if r.verify_fresh or not self.calibration.verify_s or not r.verify_s > 0:
             return []
-        self._measured.add(r.verify_rows)
         self._drift.append(r.verify_s / self.calibration.verify(r.verify_rows))
         return self._recheck() if mode is Mode.AUTO and self._refused else []
 
@@ -756,7 +802,7 @@ class DraftController:
             # a draft model's cost is per decoded token (what a calibration measures); a
             # proposal-only drafter's per proposed token
             per = r.draft_decoded if KINDS[plan.drafter].per_decode and r.draft_decoded else r.drafted
-            call = self.costs.draft_call_s.get(plan.drafter, 0.0)  # fixed per call: what is left is per token
+            call = self.costs.draft_call(plan.drafter)  # fixed per call: what is left is per token
             self.costs.observe_draft(plan.drafter, max(r.draft_s - call, 0.0) / per)
         if plan.probe and KINDS[plan.drafter].confidence_stop:
             # a probe stops at P_MIN_HI, not where auto's drafts stop: its acceptance counts, not its stop
@@ -822,24 +868,18 @@ class DraftController:
 
         The drift is the median, over a window of steady rounds, of each round's verify cost over
         the calibration's for its size.  Past :data:`RECHECK_DRIFT` from the one the plan rests
-        on, the sizes not measured since the load and the draft model's cost per token (it has
-        not run) are taken as the calibration's times the drift; the sizes measured keep their
-        measured costs, the overhead its measured value.  Whatever the verdict, it says so; a
-        draft model that can pay now runs from the next answer (``answer_plan``)."""
+        on, the plan is made again on the costs as they are now: the cost model's level has moved
+        every size and the draft model's cost per token (it has not run) alike, while the overhead
+        is what was measured, so a machine that got faster or slower can change the verdict.
+        Whatever the verdict, it says so; a draft model that can pay now runs from the next answer
+        (``answer_plan``)."""
         if len(self._drift) < (self._drift.maxlen or 1):
             return []
         drift = sorted(self._drift)[len(self._drift) // 2]
         if abs(drift / self._checked_drift - 1.0) <= RECHECK_DRIFT:
             return []
         self._checked_drift = drift
-        c, cal = self.costs, self.calibration
-        for n, seconds in cal.verify_s.items():
-            if n not in self._measured:
-                c.verify_s[n] = seconds * drift
-        if Drafter.MODEL in cal.draft_s:
-            c.draft_s[Drafter.MODEL] = cal.draft_s[Drafter.MODEL] * drift
-        if Drafter.MODEL in cal.draft_call_s:
-            c.draft_call_s[Drafter.MODEL] = cal.draft_call_s[Drafter.MODEL] * drift
+        c = self.costs
         best = self.best_case_multiplier(Drafter.MODEL)
         self._refused = not self.viable(Drafter.MODEL)
         verdict = "still cannot pay" if self._refused else "can pay now: auto may use it from the next answer"
