@@ -136,47 +136,78 @@ def measure_costs(pairs: AgreementPairs, *, cpu: bool, depth: int, reps: int) ->
     return out
 
 
+# llama-server's speculative types that remember earlier answers for as long as the server runs (ngram-mod's
+# pool has no reset but a full table or a streak of misses): such a server is started afresh for each repeat,
+# so that its repeats are first questions, as SpecChat's are (--first-sight).  Kept, the pool copied every
+# repeat's answer from the one before (7B-shape pairs on a CPU: 53 of 64 tokens drafted and accepted, 1.5x,
+# where a first question drafted nothing)
+REMEMBERS = frozenset({"ngram-mod"})
+
+
 def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool, out: Path, max_tokens: int,
                 repeat: int, tasks: str, site: Path) -> Path:
-    """One interleaved ``specchat bench``: SpecChat in every mode, llama-server with draft-simple at each
-    n_max and plain, on the same prompts; returns its JSON."""
+    """An interleaved ``specchat bench`` per repeat: SpecChat in every mode, llama-server with draft-simple at
+    each n_max, ngram-mod (restarted before each repeat: :data:`REMEMBERS`) and plain, on the same prompts;
+    returns the JSON of all of them (each run numbered with its repeat, the summary over every run)."""
+    from dataclasses import asdict
+
     from specchat.errors import exit_description
+    from specchat.harness.bench import BenchRun, summarize
     from specchat.remote.llama_server import ManagedServer
 
     draft = pairs.drafts[alpha]
     gpu_layers = 0 if cpu else -1
     draft_layers = () if cpu else ("-ngld", "99")
     logs = out / "logs" / f"a{alpha:g}"
-    servers = [ManagedServer(server, pairs.target, draft if kind == "draft-simple" else None, spec_type=kind,
-                             n_max=n, gpu_layers=gpu_layers,
+    kinds = [*server_contenders(cpu), ("plain", None)]
+    servers = [ManagedServer(server, pairs.target, draft if kind == "draft-simple" else None,
+                             spec_type=None if kind == "plain" else kind, n_max=n, gpu_layers=gpu_layers,
                              extra_args=draft_layers if kind == "draft-simple" else (),
-                             log_dir=logs / (f"n{n}" if n else kind)) for kind, n in server_contenders(cpu)]
-    servers.append(ManagedServer(server, pairs.target, gpu_layers=gpu_layers, log_dir=logs / "plain"))
+                             log_dir=logs / (f"n{n}" if n else kind)) for kind, n in kinds]
     json_path = out / f"bench-a{alpha:g}.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
+                                                                   str(ROOT / "app")) if p))
+    docs: list[dict[str, Any]] = []
+    pids: dict[str, list[int | None]] = {}  # each server's process in each repeat: a restart is a new one
     try:
         urls = [s.start(timeout_s=300) for s in servers]
-        cmd = [sys.executable, "-m", "specchat", "--profile", str(out / "profile"), "bench",
-               "--target", str(pairs.target), "--draft", str(draft), "--modes", ",".join(LOCAL_MODES),
-               "--no-fit-check", "--task", tasks, "--max-tokens", str(max_tokens), "--repeat", str(repeat),
-               # each answer a first question: with the agreement pairs' random-weight target every prompt's
-               # answer is nearly the same text, and prompt lookup's memory of earlier answers made the
-               # repeats copies (1.67x at alpha 0.6, measuring the memory, not the draft)
-               "--first-sight",
-               *[a for u in urls[:-1] for a in ("--server", u)], "--baseline-server", urls[-1],
-               "--json", str(json_path), *(["--gpu-layers", "0", "--draft-gpu-layers", "0"] if cpu else [])]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
-                                                                       str(ROOT / "app")) if p))
         print(f"  alpha {alpha:g}: specchat bench ({', '.join(LOCAL_MODES)}) beside llama-server "
               f"({', '.join(contender_names(cpu)[k] for k in contender_names(cpu) if k.startswith('server'))})",
               flush=True)
-        with (logs / "bench.log").open("w") as log:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
-        if rc != 0:
-            tail = (logs / "bench.log").read_text(errors="replace").strip().splitlines()[-5:]
-            raise SystemExit(f"specchat bench {exit_description(rc)} at alpha {alpha:g}: " + " | ".join(tail))
+        for r in range(repeat):
+            for i, (kind, _n) in enumerate(kinds):
+                if r and kind in REMEMBERS:
+                    servers[i].stop()
+                    urls[i] = servers[i].start(timeout_s=300)
+            for (kind, n), s in zip(kinds, servers, strict=True):
+                pids.setdefault(kind + (f" n_max {n}" if n else ""), []).append(s.pid)
+            part = logs / f"bench-r{r}.json"
+            cmd = [sys.executable, "-m", "specchat", "--profile", str(out / "profile"), "bench",
+                   "--target", str(pairs.target), "--draft", str(draft), "--modes", ",".join(LOCAL_MODES),
+                   "--no-fit-check", "--task", tasks, "--max-tokens", str(max_tokens), "--repeat", "1",
+                   # each answer a first question: with the agreement pairs' random-weight target every prompt's
+                   # answer is nearly the same text, and prompt lookup's memory of earlier answers made the
+                   # repeats copies (1.67x at alpha 0.6, measuring the memory, not the draft)
+                   "--first-sight",
+                   *[a for u in urls[:-1] for a in ("--server", u)], "--baseline-server", urls[-1],
+                   "--json", str(part), *(["--gpu-layers", "0", "--draft-gpu-layers", "0"] if cpu else [])]
+            with (logs / f"bench-r{r}.log").open("w") as log:
+                rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
+            if rc != 0:
+                tail = (logs / f"bench-r{r}.log").read_text(errors="replace").strip().splitlines()[-5:]
+                raise SystemExit(f"specchat bench {exit_description(rc)} at alpha {alpha:g}: " + " | ".join(tail))
+            doc = json.loads(part.read_text())
+            for run in doc["runs"]:
+                run["repeat"] = r
+            docs.append(doc)
     finally:
         for s in servers:
             s.stop()
+    runs = [run for doc in docs for run in doc["runs"]]
+    labels = list(dict.fromkeys(run["mode"] for run in runs))
+    summary = summarize([BenchRun.from_json(run) for run in runs], labels, base="baseline")
+    write_json(json_path, {**docs[0], "repeat": repeat, "restarted_each_repeat": sorted(REMEMBERS), "server_pids": pids,
+                           "summary": [asdict(row) for row in summary], "runs": runs})
     return json_path
 
 

@@ -395,10 +395,10 @@ def test_measure_on_the_cpu_writes_one_report_of_specchat_beside_llama_server(qw
     assert sum(r["drafted"] for r in drafted) > 0 and sum(r["accepted"] for r in drafted) > 0
     server = [r for r in runs if r["mode"] == "server"]
     assert all(r["tokens"] > 0 for r in server)
-    # ngram-mod starts afresh for each repeat: the second is a first question too, not a copy of the first
-    ngram = {(r["prompt_id"], r["repeat"]): (r["drafted"], r["accepted"]) for r in runs if r["mode"] == "server-2"}
-    assert {k[1] for k in ngram} == {0, 1}
-    assert all(ngram[(p, 1)] == ngram[(p, 0)] for p, _ in ngram), ngram
+    # ngram-mod starts afresh for each repeat (its pool would copy the repeat before), the others run on
+    pids = result["bench"]["0.9"]["server_pids"]
+    assert {k: len(set(v)) for k, v in pids.items()} == {"draft-simple n_max 3": 1, "ngram-mod": 2, "plain": 1}
+    assert {r["repeat"] for r in runs if r["mode"] == "server-2"} == {0, 1}
     costs = result["costs"]
     assert set(costs["target"]["steady_s"]) == set(costs["target"]["churn_s"]) >= {"1", "4", "16"}
     sampling = result["sampling"]["methods"]  # the draft's choice four ways, each in its own process
