@@ -478,6 +478,29 @@ def test_a_round_with_rows_for_itself_pays_its_whole_change_of_size():
     assert c.plan(Mode.AUTO, {"lookup": 4}, lookup_match=4, held=1, change_s=0.0037) == Plan("none", 0)
     assert c.plan(Mode.AUTO, {"lookup": 4}, lookup_match=4).drafter == "lookup"  # where shapes cost nothing
 
+def test_auto_never_probes_prompt_lookup_whose_proposals_are_checked_for_free():
+    """Every proposal prompt lookup makes and auto does not draft is checked against what the target
+    commits (Rounds._check_unasked): that is its evidence, so a probe of it buys nothing.  Its 1-token
+    probes every 64 tokens, each a change of verify size there and back, cost the simulated H100 chat
+    and creative answers 1-2% (auto 0.932x -> 0.949x and 0.956x -> 0.977x plain, 9 seeds)."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
+    c = controller(h100, 0.0011, probe_interval_tokens=4)
+    for _ in range(8):  # what its weak matches would have been worth: nothing
+        c.observe_unasked(Drafter.LOOKUP, 1, 2, 0)
+    for _ in range(3 * 4):  # three probe intervals of plain rounds, a new answer among them
+        if _ == 6:
+            c.start_answer()
+        plan = c.plan(Mode.AUTO, {"lookup": 2}, lookup_match=1, held=1, change_s=0.0037)
+        assert plan == Plan("none", 0)
+        c.observe(Mode.AUTO, plan, round_stats("none", 0, 0, 0, verify=0.0037))
+    # lookup mode, asked for prompt lookup, still tries it now and then
+    assert c.plan(Mode.LOOKUP, {"lookup": 2}, lookup_match=1, held=1, change_s=0.0037).drafter == "lookup"
+    # and the free evidence is what makes it draft, once its proposals turn right
+    for _ in range(16):
+        c.observe_unasked(Drafter.LOOKUP, 8, 8, 8)
+    assert c.plan(Mode.AUTO, {"lookup": 8}, lookup_match=8, held=1, change_s=0.0037).drafter == "lookup"
+
+
 def test_where_shapes_matter_a_draft_model_that_fell_behind_pays_for_its_catch_up():
     """A draft model that sat out a stretch of plain rounds decodes them in one batch before it drafts,
     which re-captures the batch and the two steps after it (simulated H100: 1.5-3 plain tokens)."""

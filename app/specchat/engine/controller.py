@@ -538,7 +538,8 @@ class DraftController:
             if rate > best_rate:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
                                        match=match if kind.match_classes else 0), rate
-            elif ((self._since_probe[name] >= self._probe_interval(name) or name in self._untried)
+            elif (not (mode is Mode.AUTO and kind.match_classes)  # auto learns lookup for free: no probe
+                  and (self._since_probe[name] >= self._probe_interval(name) or name in self._untried)
                   and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate
                   and (not kind.confidence_stop or self._probe_pays(name, k_hi, held, change_s))):
                 # a probe only where this proposal could pay if it were right (a change of verify
