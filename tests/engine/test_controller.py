@@ -644,6 +644,44 @@ KIT_7B = {1: 0.224, 2: 0.428, 3: 0.558, 4: 0.648, 5: 0.820, 9: 1.70}
 KIT_7B_DRAFT = 0.034
 
 
+def forced_draft_answers(verify, draft, alphas, tokens, seed) -> list[int]:
+    """Forced draft mode over answers of ``tokens`` tokens, each token of answer i right ``alphas[i]`` of the
+    time: the rounds it drafted in each answer."""
+    c, costs, rng = controller(verify, draft), CostModel(verify), random.Random(seed)
+    drafted = []
+    for alpha in alphas:
+        c.start_answer()
+        n = rounds = 0
+        while n < tokens:
+            plan = c.plan(Mode.DRAFT, {"model": 8})
+            if plan.drafter != "model":
+                c.observe(Mode.DRAFT, plan, RoundStats(0, plan.drafter, 0, 0, 0, 1, 0.0, costs.verify(1), 0.0001,
+                                                       fallback=plan.fallback))
+                n += 1
+                continue
+            accepted = next((j for j in range(plan.k) if rng.random() >= alpha), plan.k)
+            c.observe(Mode.DRAFT, plan, RoundStats(0, plan.drafter, plan.k, plan.k, accepted, accepted + 1,
+                                                   draft * (plan.k + 1), costs.verify(plan.k + 1), 0.0001,
+                                                   draft_decoded=plan.k + 1))
+            n, rounds = n + accepted + 1, rounds + 1
+        drafted.append(rounds)
+    return drafted
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forced_draft_mode_remembers_across_answers_that_this_machine_cannot_pay_and_still_finds_a_text_that_can(
+        seed):
+    """Stopped by this machine's costs, forced draft mode started every answer afresh: 16 rounds of K = 1
+    that could not pay before the rail judged again (7B-shape pair on two cores, alpha 0.8, 64-token answers:
+    0.97x plain, below llama-server's ngram-mod, which drafted nothing).  The costs do not change with the
+    answer: later answers draft a round or a few.  A text the draft gets right every time, where long drafts
+    pay 1.2x, is still found: it drafts its whole answer by the second such answer."""
+    later = forced_draft_answers(CPU_7B_STEEP, CPU_7B_DRAFT, [0.8] * 4, tokens=64, seed=seed)[1:]
+    assert sum(later) <= 24, later  # 48-64 rounds when each answer started afresh
+    right = forced_draft_answers(KIT_7B, KIT_7B_DRAFT, [0.8, 0.8, 1.0, 1.0], tokens=128, seed=seed)
+    assert right[-1] >= 16, right  # drafted throughout: about 32 rounds (2 where the rail still held it)
+
+
 def test_a_machine_that_slows_down_moves_every_verify_size_alike():
     """Plain decoding measures only one-token rounds.  Learned on its own, that size drifted from the
     calibrated others: 10% slower made a near-sure draft look worth 1.10x plain, and auto probed the draft

@@ -57,6 +57,12 @@ NEAR_BEST = 0.06  # auto's confidence stop stays in this range (below 0.3 a draf
 # what a round of an earlier answer weighs in a drafter's acceptance estimate, and how far a drafter's
 # run length returns toward its prior, per answer since (DraftController.start_answer)
 ANSWER_MEMORY = 0.25
+# the same for a drafter the forced modes' rails last stopped on this machine's costs (_guard_rails): the
+# next answer's text may differ, the costs do not.  At 0.25 its first rounds of an answer drafted again on
+# an estimate made of the prior (forced draft mode, simulated 7B-shape pair on two cores at alpha 0.8: 4 to
+# 22 rounds of K = 1 in a 64-token answer); kept whole, a text the draft got right every time drafted 2
+# rounds an answer for 4 answers before its rounds outweighed the old ones
+COSTLY_MEMORY = 0.5
 # a probe of a drafter with a confidence stop runs only where its expected gain over the rest of the answer
 # repays what it costs when wrong (DraftController._probe_pays): how many of its last probes say how often
 # one is right, and how many answers' lengths say how long the next is (a prior until one has ended)
@@ -356,6 +362,9 @@ class DraftController:
         # the drafter whose registry line says match_classes (one such drafter)
         self.lookup_windows = {c: AcceptanceWindow(settings.window_rounds) for c in MATCH_CLASSES}
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
+        # drafters whose last rail verdict was that this machine's costs cannot pay for their acceptance
+        # (_guard_rails): their windows outlive the cooldown and fade slower across answers (COSTLY_MEMORY)
+        self._costly: set[Drafter] = set()
         self._since_probe: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         # rounds a drafter drafts in a row (EMA over its runs; the run going on): what a change of
         # verify size is shared by.  Starts at its registry line's stay_prior, so a drafter is not refused
@@ -766,12 +775,19 @@ class DraftController:
             if self._cooldown[name] <= 0:
                 self._end_cooldown(name)
 
+    def _windows_of(self, name: Drafter) -> list[AcceptanceWindow]:
+        """A drafter's acceptance windows: its own and, for prompt lookup, its match classes'."""
+        return [self.windows[name], *(self.lookup_windows.values() if KINDS[name].match_classes else ())]
+
     def _end_cooldown(self, name: Drafter) -> None:
-        """A drafter's cooldown is over: it starts its windows afresh."""
+        """A drafter's cooldown is over.  One its acceptance caused starts its windows afresh: the text may
+        have changed.  One this machine's costs caused (``_costly``) keeps them: the costs have not changed,
+        and a window started afresh drafted a full window of rounds that could not pay before the rail could
+        judge again (forced draft mode, the 7B-shape pair on two cores at alpha 0.8: 16 rounds of K = 1 in
+        every answer, 0.97x plain, below llama-server's ngram-mod); each round after it is judged with them."""
         del self._cooldown[name]
-        self.windows[name].clear()
-        if KINDS[name].match_classes:
-            for w in self.lookup_windows.values():
+        if name not in self._costly:
+            for w in self._windows_of(name):
                 w.clear()
 
     def _learn_declined(self, mode: Mode, plan: Plan, r: RoundStats) -> None:
@@ -828,9 +844,13 @@ class DraftController:
         any K (simulated H100 agreement pairs at 0.9: forced draft mode spent a third of its rounds
         cooling down, 1.05x; with this test 1.14x)."""
         s, w = self.settings, self.windows[drafter]
-        if not w.full() or mode is Mode.AUTO or self._pays(drafter, w):
+        if not w.full() or mode is Mode.AUTO or not s.cooldown_tokens:  # no cooldown: no rails (fixed K)
+            return []
+        if self._pays(drafter, w):
+            self._costly.discard(drafter)
             return []
         ta, sa = w.token_acceptance(), w.sequence_acceptance()
+        costly = False
         if ta is not None and ta < s.min_token_acceptance:
             reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
         elif sa is not None and sa < s.min_sequence_acceptance:
@@ -844,9 +864,12 @@ class DraftController:
             plain = self.costs.rate(Drafter.NONE, 0, 0.0)
             reason = (f"at {a:.0%} per token it cannot pay on this machine (best {best / plain:.2f}x plain, "
                       f"K = {k})")
+            costly = True
         else:  # costs timed on a busy machine say nothing the thresholds have not
             return []
         self._cooldown[drafter] = s.cooldown_tokens
+        if costly:
+            self._costly.add(drafter)
         return [Fallback(f"{drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
                          f"plain decoding for {s.cooldown_tokens} tokens")]
 
@@ -913,8 +936,9 @@ class DraftController:
         # (lookup mode on two busy cores: 0 of 48 tokens drafted, where the copy drafts 36-42)
         for name in list(self._cooldown):
             self._end_cooldown(name)
+        costly = {id(w) for name in self._costly for w in self._windows_of(name)}
         for w in (*self.windows.values(), *self.lookup_windows.values()):
-            w.age(ANSWER_MEMORY)
+            w.age(COSTLY_MEMORY if id(w) in costly else ANSWER_MEMORY)
         # each drafter's run length (_stay) carries over as learned from whole runs: pulling it back to
         # the prior at every answer let lookup, which drafts a round or two at a time, pay a change of
         # verify size and back for one round every answer (simulated H100 chat and creative)

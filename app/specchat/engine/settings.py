@@ -35,7 +35,7 @@ class ControllerSettings:
     window_rounds: int = 16  # rounds in the acceptance window of the guard rails
     min_token_acceptance: float = 0.5  # below this over the window: fall back
     min_sequence_acceptance: float = 0.6  # below this over the window: fall back
-    cooldown_tokens: int = 64  # plain tokens after a fallback before trying again
+    cooldown_tokens: int = 64  # plain tokens after a fallback before trying again (0: the rails never fall back)
     fallback_warning_share: float = 0.15  # warn when more rounds than this fell back
     probe_interval_tokens: int = 64  # auto: re-probe a drafter it has stopped using (x4 for a model)
     min_gain: float = 1.05  # auto speculates only if it expects this speed-up (lookup mode: up to 1.0; 0: always)

@@ -301,7 +301,8 @@ def _read_json(path: Path, what: str) -> object:
 def _no_guards(k: int, p_min: float) -> ControllerSettings:
     """Always k tokens asked for (prompt lookup: whenever it has a proposal), and no guard rail ever falls back."""
     return ControllerSettings(k_min=k, k_max=k, lookup_k_max=k, p_min=p_min, min_token_acceptance=0.0,
-                              min_sequence_acceptance=0.0, fallback_warning_share=1.0, min_gain=0.0)
+                              min_sequence_acceptance=0.0, cooldown_tokens=0, fallback_warning_share=1.0,
+                              min_gain=0.0)
 
 
 @dataclass(frozen=True, slots=True)
