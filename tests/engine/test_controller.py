@@ -682,6 +682,20 @@ def test_forced_draft_mode_remembers_across_answers_that_this_machine_cannot_pay
     assert right[-1] >= 16, right  # drafted throughout: about 32 rounds (2 where the rail still held it)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_forced_draft_mode_remembers_a_threshold_trip_as_a_cost_verdict_where_the_costs_are_measured(seed):
+    """Where the costs were timed on a quiet machine, a rail trips only where no K pays on them (_pays); the
+    reason names the acceptance share that fell under its threshold.  Remembered only where the reason named
+    the costs, forced draft mode at alpha 0.6 (sequence acceptance 56% < 60%) drafted 16 rounds in every
+    answer: 0.90x llama-server's ngram-mod, which drafted nothing (7B-shape pair on two cores, 12 pairs).
+    Every such trip is a cost verdict: later answers draft a round or so.  A text the draft gets right every
+    time still drafts its whole answer within three answers."""
+    later = forced_draft_answers(KIT_7B, KIT_7B_DRAFT, [0.6] * 4, tokens=64, seed=seed)[1:]
+    assert sum(later) <= 12, later  # 33 to 48 on three of six seeds, before
+    right = forced_draft_answers(KIT_7B, KIT_7B_DRAFT, [0.6, 0.6, 1.0, 1.0, 1.0], tokens=128, seed=seed)
+    assert right[-1] >= 16, right
+
+
 def test_a_machine_that_slows_down_moves_every_verify_size_alike():
     """Plain decoding measures only one-token rounds.  Learned on its own, that size drifted from the
     calibrated others: 10% slower made a near-sure draft look worth 1.10x plain, and auto probed the draft

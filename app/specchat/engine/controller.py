@@ -362,8 +362,9 @@ class DraftController:
         # the drafter whose registry line says match_classes (one such drafter)
         self.lookup_windows = {c: AcceptanceWindow(settings.window_rounds) for c in MATCH_CLASSES}
         self._cooldown: dict[Drafter, int] = {}  # drafter -> plain tokens left
-        # drafters whose last rail verdict was that this machine's costs cannot pay for their acceptance
-        # (_guard_rails): their windows outlive the cooldown and fade slower across answers (COSTLY_MEMORY)
+        # drafters whose last rail trip was judged on costs timed on a quiet machine, so that no K pays for
+        # their acceptance here (_guard_rails): their windows outlive the cooldown and fade slower across
+        # answers (COSTLY_MEMORY)
         self._costly: set[Drafter] = set()
         self._since_probe: dict[Drafter, int] = dict.fromkeys(KINDS, 0)
         # rounds a drafter drafts in a row (EMA over its runs; the run going on): what a change of
@@ -780,11 +781,13 @@ class DraftController:
         return [self.windows[name], *(self.lookup_windows.values() if KINDS[name].match_classes else ())]
 
     def _end_cooldown(self, name: Drafter) -> None:
-        """A drafter's cooldown is over.  One its acceptance caused starts its windows afresh: the text may
-        have changed.  One this machine's costs caused (``_costly``) keeps them: the costs have not changed,
-        and a window started afresh drafted a full window of rounds that could not pay before the rail could
-        judge again (forced draft mode, the 7B-shape pair on two cores at alpha 0.8: 16 rounds of K = 1 in
-        every answer, 0.97x plain, below llama-server's ngram-mod); each round after it is judged with them."""
+        """A drafter's cooldown is over.  One judged on the thresholds alone (costs timed on a busy machine)
+        starts its windows afresh: the text may have changed.  One judged on costs timed on a quiet machine
+        (``_costly``: whichever share its reason names, no K paid on them) keeps them: the costs have not
+        changed, and a window started afresh drafted a full window of rounds that could not pay before the
+        rail could judge again (forced draft mode, the 7B-shape pair on two cores: 16 rounds of K = 1 in
+        every answer, 0.90x-0.96x llama-server's ngram-mod at alpha 0.6-0.8); each round after it is judged
+        with them."""
         del self._cooldown[name]
         if name not in self._costly:
             for w in self._windows_of(name):
@@ -850,7 +853,6 @@ class DraftController:
             self._costly.discard(drafter)
             return []
         ta, sa = w.token_acceptance(), w.sequence_acceptance()
-        costly = False
         if ta is not None and ta < s.min_token_acceptance:
             reason = f"token acceptance {ta:.0%} < {s.min_token_acceptance:.0%}"
         elif sa is not None and sa < s.min_sequence_acceptance:
@@ -864,11 +866,10 @@ class DraftController:
             plain = self.costs.rate(Drafter.NONE, 0, 0.0)
             reason = (f"at {a:.0%} per token it cannot pay on this machine (best {best / plain:.2f}x plain, "
                       f"K = {k})")
-            costly = True
         else:  # costs timed on a busy machine say nothing the thresholds have not
             return []
         self._cooldown[drafter] = s.cooldown_tokens
-        if costly:
+        if self.costs.reliable:  # no K pays on these costs (_pays), whichever share the reason names
             self._costly.add(drafter)
         return [Fallback(f"{drafter} drafter: {reason} over the last {len(w.rounds)} rounds; "
                          f"plain decoding for {s.cooldown_tokens} tokens")]
