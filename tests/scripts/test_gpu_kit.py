@@ -333,11 +333,14 @@ def test_specchats_greedy_answer_is_the_same_in_every_mode_on_an_agreement_pair(
     from specchat.engine.events import Done, TokensEmitted
     from specchat.engine.pair import PairConfig, SpeculativePair
     from specchat.engine.runtime import ModelOptions
-    from specchat.engine.settings import Mode
+    from specchat.engine.settings import ControllerSettings, Mode
 
     pairs, _tok = tiny_pairs
     opts = ModelOptions(n_ctx=1024, n_gpu_layers=0)
-    config = PairConfig(target=pairs.target, draft=pairs.drafts[0.9], target_options=opts)
+    # no rails: forced draft mode drafts throughout, so its acceptance is measured on the whole answer.  A
+    # tiny draft costs what its tiny target does, so no K pays and the rail stops it after 8 rounds
+    config = PairConfig(target=pairs.target, draft=pairs.drafts[0.9], target_options=opts,
+                        controller=ControllerSettings(cooldown_tokens=0))
     answers, counts = {}, {}
     with SpeculativePair(config) as pair:
         prompt = pair.target.tokenize("def fibonacci(n):", add_special=False)
