@@ -242,8 +242,10 @@ def test_the_acceptance_window_pools_its_rounds():
         window.add(Counts.of_round(2, 2, 0))  # three short ones, all rejected
     assert window.token_acceptance() == 8 / 14  # pooled tokens, not the mean of 100%, 0%, 0%, 0%
     assert window.sequence_acceptance() == 1 / 4
-    window.add(Counts.of_round(2, 2, 2))  # the long one leaves the window
-    assert window.totals().drafted == 8 and window.sequence_acceptance() == 1 / 4
+    window.add(Counts.of_round(2, 2, 2))  # the long one leaves the rails' window ...
+    rails = window.last(4)
+    assert rails.totals().drafted == 8 and rails.sequence_acceptance() == 1 / 4
+    assert window.totals().drafted == 16  # ... not the longer one auto plans with
 
 
 def test_a_verify_at_a_fresh_size_teaches_the_recapture_not_the_steady_cost():
@@ -540,7 +542,7 @@ def test_a_draft_shorter_than_the_held_size_is_priced_as_the_size_it_lets_the_ba
     where K = 3 at 4 rows pays 1.10x plain."""
     h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 5: 0.0070, 9: 0.0089, 17: 0.0089}
     c = controller(h100, 0.0011, probe_interval_tokens=10_000)
-    for accepted in [4, 2, 5, 3, 0, 5, 1, 4] * 8:  # about 8 drafted tokens in 10 right, long runs
+    for accepted in [4, 2, 5, 3, 0, 5, 1, 4] * 2:  # about 8 drafted tokens in 10 right, long runs
         c.observe(Mode.AUTO, Plan("model", 5), round_stats("model", 5, 5, accepted, verify=0.0075, draft=0.0055))
     from_one = c.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0037)
     assert from_one.drafter == "model" and from_one.k <= 4

@@ -92,7 +92,8 @@ def test_the_verify_batch_keeps_its_size_across_rounds(mode, fake_time):
         assert pair.target.recaptures(since=1) * FakeClock.RECAPTURE_S < 0.1 * took
     else:
         assert pair.target.recaptures(since=1) <= max(3, len(rounds) // 10)
-    assert pair.target.recaptures(since=1) <= loose_pair.target.recaptures(since=1)
+        # the same choices as the loop that ignores shapes (auto's differ: it prices the sizes), fewer changes
+        assert pair.target.recaptures(since=1) <= loose_pair.target.recaptures(since=1)
     assert_draft_shapes_steady(pair)  # and the draft's, whatever the mode
     if mode is Mode.LOOKUP:  # proposals of 2 tokens and none: the batch holds 3 through short dips
         assert 2 in {r.drafted for r in rounds} and max(r.drafted for r in loose_rounds) == 2
