@@ -290,7 +290,7 @@ class AcceptanceWindow:
         it weighed.  The planning window is longer than the rails' (:data:`PLAN_WINDOWS`) to steady the
         estimate within an answer; what it carries into the next answer stays what the rails' window
         carried.  Kept whole, 48 rounds of an edit drafted right 9 times in 10 weighed a quarter each for
-        the whole of the short chat answer after it (simulated H100 chat 0.949x -> 0.935x plain)."""
+        the whole of the short chat answer after it (simulated H100 chat 0.949x -> 0.936x plain)."""
         while len(self.rounds) > keep:
             self.rounds.popleft()
             self.weights.popleft()
