@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-from specchat.engine.drafters import MATCH_CAP, PromptLookupDrafter
+from specchat.engine.drafters import MATCH_CAP, ModelDrafter, PromptLookupDrafter
 
 
 def reference(history: list[int], max_ngram: int, k: int) -> list[int]:
@@ -121,3 +121,49 @@ def test_the_memory_is_bounded_in_answers_and_tokens():
     drafter.index(long)  # a context longer than the whole budget: kept alone, as the newest
     drafter.start()
     assert len(drafter._past) == 1 and len(drafter._past[0][0]) > PAST_TOKENS
+
+
+class ScriptedDraft:
+    """A draft model whose next token after any context is ``len(context)``, sure (top probability
+    about 1) except at the positions in ``unsure``, where its top probability is about 1/3."""
+
+    n_ctx = 4096
+    shape_sensitive = True
+
+    def __init__(self, unsure: set[int]) -> None:
+        self.unsure = unsure
+        self.tokens: list[int] = []
+
+    def keep_prefix(self, tokens: list[int]) -> int:
+        n = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens, strict=False)) if a != b),
+                 min(len(self.tokens), len(tokens)))
+        del self.tokens[n:]
+        return n
+
+    def trim(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+        self.tokens += tokens
+
+    def logits(self, i: int) -> np.ndarray:
+        row = np.full(64, -30.0, dtype=np.float32)
+        nxt = len(self.tokens)
+        row[nxt] = 0.0
+        if nxt in self.unsure:
+            row[nxt + 1] = row[nxt + 2] = 0.0  # three ways to go: top probability 1/3
+        return row
+
+
+def test_the_draft_model_sends_the_token_its_stop_declined_only_into_rows_the_verify_pays_anyway():
+    """Where shapes are kept, a verify pads its batch to the held size; the token the draft's confidence
+    stop declined is already computed, so it goes into a padding row (Plan.spare), undecoded."""
+    context = [0, 1, 2, 3]
+    unsure_third = {6}  # positions 4 and 5 are sure, the draft's third token is not
+    drafter = ModelDrafter(ScriptedDraft(unsure_third), target_n_vocab=64, p_min=0.5)  # type: ignore[arg-type]
+
+    assert drafter.propose(context, 4) == [4, 5] and drafter.last_spare == 0  # no rows to spare: stops before it
+    assert drafter.propose(context, 4, spare=2) == [4, 5] and drafter.last_spare == 0  # the rows end before it
+    assert drafter.propose(context, 4, spare=3) == [4, 5, 6] and drafter.last_spare == 1
+    assert drafter.model.tokens == [0, 1, 2, 3, 4, 5]  # nothing drafts after it, so it is not decoded
+    assert drafter.propose(context, 2, spare=7) == [4, 5]  # never past the K asked for

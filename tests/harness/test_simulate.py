@@ -35,6 +35,7 @@ from specchat.harness.simulate import (
     shipped_profiles,
     simulate,
     simulate_agreement,
+    standard_policies,
 )
 from specchat.harness.suite import BenchPrompt
 from specchat.harness.trace import (
@@ -342,3 +343,34 @@ def test_a_proposal_not_drafted_still_teaches_what_it_would_have_been_worth(copi
         assert counts.accepted >= 0.8 * n
     else:
         assert counts.drafted <= 1
+
+
+BUILTIN_TRACE = Path(__file__).resolve().parents[2] / "docs" / "traces" / "qwen2.5-coder-1.5b+0.5b.builtin.json"
+
+
+@pytest.mark.parametrize("profile", ["h100-qwen7b-q4km-steady", "cpu-2t-epyc-qwen7b-q4_k_m"])
+def test_a_verify_row_paid_anyway_carries_the_token_the_drafts_stop_declined(profile):
+    """Where shapes are kept (the H100 profile) the verify pads its batch to the held size, so the token the
+    draft model's confidence stop declined rides in a padding row: some are right and commit a token for
+    nothing, and none is counted as drafted (acceptance, and what auto plans with, are the draft's own).
+    Where no shape is kept (a CPU) every row costs, and none is sent."""
+    trace = load_trace(BUILTIN_TRACE)
+    policy = next(p for p in standard_policies() if p.key == "auto")
+    clock = Clock(load_profile(profile), 0)
+    controller = controller_for(policy, clock)
+    rounds: list[RoundStats] = []
+    for pt in trace.prompts:
+        answer(controller, policy, pt, clock, on_round=rounds.append)
+
+    spare = [r for r in rounds if r.spare]
+    if profile.startswith("cpu"):
+        assert not spare
+        return
+    assert len(spare) >= 20 and sum(r.spare_accepted for r in spare) >= 5  # tokens committed for nothing
+    for r in spare:
+        assert r.drafted + r.spare + 1 <= r.verify_rows  # within the rows the verify paid
+        assert r.spare_accepted <= r.spare and (r.spare_accepted == 0 or r.accepted == r.drafted)
+        assert r.emitted <= r.accepted + r.spare_accepted + 1
+    # what the controller learned from is the draft's own tokens
+    model = controller.windows[Drafter.MODEL].totals()
+    assert model.drafted <= sum(r.drafted for r in rounds if r.drafter is Drafter.MODEL)

@@ -103,6 +103,10 @@ class Plan:
     one_off: bool = False
     p_min: float | None = None  # the draft model's confidence stop this round (None: the setting's)
     match: int = 0  # prompt lookup: the class of the match behind the proposal (match_class)
+    # where shapes are kept: draft tokens the held verify rows pay for whether drafted or not (Rounds.play
+    # sets it).  A draft model whose confidence stop ends its draft inside them sends the token it stopped
+    # at too: its row is paid and its argmax computed, so a chance that it is right costs nothing more
+    spare: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "drafter", Drafter(self.drafter))  # "model" from a caller becomes the enum

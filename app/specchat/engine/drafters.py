@@ -55,17 +55,20 @@ class ModelDrafter:
         self.last_seconds = 0.0  # time spent in the last propose()
         self.last_catch_up = 0  # tokens the draft had to catch up on in the last propose()
         self.last_decoded = 0  # tokens the draft decoded in the last propose() (catch-up and drafting)
+        self.last_spare = 0  # 1 where the last propose() ended with the token its stop declined (spare rows)
 
     def prefill(self, context: list[int]) -> None:
         """Put ``context`` into the draft's KV cache (no logits), reusing what is there."""
         keep = self.model.keep_prefix(context)
         self.model.decode(context[keep:], logits="none")
 
-    def propose(self, context: list[int], k: int, p_min: float | None = None) -> list[int]:
+    def propose(self, context: list[int], k: int, p_min: float | None = None, spare: int = 0) -> list[int]:
         """Up to ``k`` tokens following ``context`` (all committed tokens, the last one included),
-        stopping before a token the draft is less sure of than ``p_min`` (None: the drafter's own)."""
+        stopping before a token the draft is less sure of than ``p_min`` (None: the drafter's own), or
+        after it where it is among the first ``spare`` (rows the verify pays for anyway: Plan.spare)."""
         floor = self.p_min if p_min is None else p_min
         t0 = time.perf_counter()
+        self.last_spare = 0
         m = self.model
         # decode what the draft has not seen (at least the last token, for its logits)
         keep = min(m.keep_prefix(context), len(context) - 1)
@@ -82,7 +85,12 @@ class ModelDrafter:
         out: list[int] = []
         while True:
             tok, confident = greedy_choice(m.logits(-1), floor)
-            if not confident or tok >= self.target_n_vocab:
+            if tok >= self.target_n_vocab:
+                break
+            if not confident:
+                if len(out) < min(spare, k):
+                    out.append(tok)  # not decoded: nothing drafts after it
+                    self.last_spare = 1
                 break
             out.append(tok)
             if len(out) >= k or len(m.tokens) + 1 >= m.n_ctx:
@@ -106,8 +114,8 @@ class ModelDrafter:
         return Offer(min(k_cap, settings.k_max))
 
     def draft(self, history: list[int], plan: PlanView) -> Drafted:
-        tokens = self.propose(history, plan.k, plan.p_min)
-        return Drafted(tokens, self.last_seconds, self.last_catch_up, self.last_decoded)
+        tokens = self.propose(history, plan.k, plan.p_min, plan.spare)
+        return Drafted(tokens, self.last_seconds, self.last_catch_up, self.last_decoded, self.last_spare)
 
 
 class ModelReplay:
@@ -145,10 +153,14 @@ class ModelReplay:
         while n < plan.k and n < len(row) and row[n] >= p_stop:
             n += 1
         decoded = n - 1 if n == plan.k else n  # drafted tokens the draft decoded (the last one is not, at K)
+        # the token it stopped at, in a row paid anyway (Plan.spare); llama.cpp's draft-simple sends only its draft
+        spare = int(not ctx.p_top10 and n < min(plan.k, len(row), plan.spare))
+        n += spare
         head = profile.head_draft_s(decoded + 1)
         if head is not None:  # a trained drafter: it reads the target's own states, so it has nothing to catch up
             drafted = n if n >= max(ctx.n_min, 1) else 0
-            return Replayed(drafted, min(pt.draft_match[i], drafted), (clock(head),), 0, decoded + 1)
+            return Replayed(drafted, min(pt.draft_match[i], drafted), (clock(head),), 0, decoded + 1,
+                            spare if drafted else 0)
         seconds: tuple[float, ...]
         if ctx.shaped and 0 < catch_up < CATCH_UP_ONE_BY_ONE:  # one 1-token decode each
             seconds = (sum(clock(profile.draft_s) for _ in range(catch_up + 1)),)
@@ -160,7 +172,7 @@ class ModelReplay:
         drafted = n if n >= max(ctx.n_min, 1) else 0
         accepted = min(pt.draft_match[i], drafted)
         self.valid = history + min(pt.draft_match[i], decoded, accepted + 1)
-        return Replayed(drafted, accepted, seconds, catch_up, catch_up + 1 + decoded)
+        return Replayed(drafted, accepted, seconds, catch_up, catch_up + 1 + decoded, spare if drafted else 0)
 
 
 class PromptLookupDrafter:

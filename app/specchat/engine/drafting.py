@@ -48,6 +48,7 @@ class Drafted:
     seconds: float = 0.0  # drafting time beyond the offer's
     catch_up: int = 0  # tokens of context it caught up on first (a draft model)
     decoded: int = 0  # tokens it decoded (a draft model: catch-up and drafting)
+    spare: int = 0  # of the tokens, the last ones sent only because their rows are paid anyway (Plan.spare)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class Replayed:
     seconds: tuple[float, ...] = ()  # drafting time beyond the offer's, term by term as the clock drew it
     catch_up: int = 0
     decoded: int = 0
+    spare: int = 0  # of the drafted, the last ones sent only because their rows are paid anyway (Plan.spare)
 
 
 class PlanView(Protocol):
@@ -69,6 +71,9 @@ class PlanView(Protocol):
 
     @property
     def p_min(self) -> float | None: ...
+
+    @property
+    def spare(self) -> int: ...
 
 
 class LiveDrafter(Protocol):

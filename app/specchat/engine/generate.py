@@ -297,12 +297,13 @@ class PairDecodes:
         got = self.drafters[drafter].draft(self.history, plan)
         assert self.sampler is not None
         self._drafted = self.sampler.allowed_prefix(got.tokens)  # under a grammar: what it forbids would be rejected
-        return Draft(len(self._drafted), (got.seconds,), got.catch_up, got.decoded)
+        spare = max(len(self._drafted) - (len(got.tokens) - got.spare), 0)
+        return Draft(len(self._drafted), (got.seconds,), got.catch_up, got.decoded, spare)
 
     def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
         """``[id_last, d1..dK]`` (padded to ``rows``: the padding rows are never sampled) in one target decode;
         what it accepts is committed, the rest trimmed from its cache."""
-        drafted, self._drafted = self._drafted, []
+        drafted, self._drafted = self._drafted[: draft.n], []
         target, sampler = self.target, self.sampler
         assert sampler is not None
         base = len(target.tokens)

@@ -13,7 +13,7 @@ cannot drift from the engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from specchat.metrics import Counts
@@ -40,6 +40,7 @@ class Draft:
     seconds: tuple[float, ...] = ()  # what drafting cost beyond the offers, term by term as measured
     catch_up: int = 0  # tokens of context it caught up on first (a draft model)
     decoded: int = 0  # tokens it decoded (a draft model: catch-up and drafting)
+    spare: int = 0  # of the n, the last ones sent only because their rows are paid anyway (Plan.spare)
 
 
 NO_DRAFT = Draft()
@@ -72,8 +73,9 @@ class RoundDecodes(Protocol):
         """The draft of the drafter the controller chose."""
 
     def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
-        """The target's verify of the last draft (none: ``NO_DRAFT``) in a batch of ``rows``, padding
-        included; ``fresh``: a size not replayed yet, which pays a re-capture (engine/shapes.py)."""
+        """The target's verify of the first ``draft.n`` tokens of the last draft (none: ``NO_DRAFT``) in a
+        batch of ``rows``, padding included; ``fresh``: a size not replayed yet, which pays a re-capture
+        (engine/shapes.py)."""
 
     def overhead(self, draft_s: float, verify_s: float) -> float:
         """What the round cost besides drafting and verifying (SpecChat's own loop)."""
@@ -117,15 +119,21 @@ class Rounds:
         for seconds in draft.seconds:  # term by term, as measured (the simulated clock draws each)
             draft_s += seconds
         shape = self.shape
-        rows = draft.n + 1 if shape is None else shape.size_for(draft.n + 1, self.decodes.room, one_off=plan.one_off)
+        need = draft.n - draft.spare + 1  # a spare token fills a row paid anyway, or is not sent
+        rows = need if shape is None else shape.size_for(need, self.decodes.room, one_off=plan.one_off)
+        if rows < draft.n + 1:
+            draft = replace(draft, n=rows - 1, spare=draft.spare - (draft.n + 1 - rows))
         fresh = shape is not None and shape.fresh
         verified = self.decodes.verify(draft, rows, fresh)
+        # the round as the controller learns it: a spare token is not the draft's (its stop declined it), so
+        # it counts neither as drafted nor in acceptance, only in what the round emitted
+        drafted = draft.n - draft.spare
         stats = RoundStats(
-            index=self.index, drafter=plan.drafter if draft.n else Drafter.NONE, k=plan.k if draft.n else 0,
-            drafted=draft.n, accepted=verified.accepted, emitted=verified.emitted, draft_s=draft_s,
+            index=self.index, drafter=plan.drafter if drafted else Drafter.NONE, k=plan.k if drafted else 0,
+            drafted=drafted, accepted=min(verified.accepted, drafted), emitted=verified.emitted, draft_s=draft_s,
             verify_s=verified.seconds, overhead_s=self.decodes.overhead(draft_s, verified.seconds),
             catch_up=draft.catch_up, draft_decoded=draft.decoded, fallback=plan.fallback, verify_n=rows,
-            verify_fresh=fresh,
+            verify_fresh=fresh, spare=draft.spare, spare_accepted=max(verified.accepted - drafted, 0),
         )
         self._count(stats)
         self._check_unasked(offers, plan.drafter if draft.n else Drafter.NONE, verified.tokens)
@@ -169,6 +177,8 @@ class Rounds:
         shape = self.shape
         plan = self.controller.plan(self.mode, available, match, held=shape.size if shape is not None else 0,
                                     change_s=shape.change_s if shape is not None else 0.0)
+        if shape is not None and shape.size > 1:
+            plan = replace(plan, spare=shape.size - 1)
         return plan, seconds, offers
 
     def _count(self, stats: RoundStats) -> None:

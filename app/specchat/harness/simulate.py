@@ -399,10 +399,10 @@ class TraceDecodes:
     def draft(self, drafter: Drafter, plan: Plan) -> Draft:
         got = self.replays[drafter].draft(self.i, plan)
         self._accepted = got.accepted
-        return Draft(got.drafted, got.seconds, got.catch_up, got.decoded)
+        return Draft(got.drafted, got.seconds, got.catch_up, got.decoded, got.spare)
 
     def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
-        accepted, self._accepted = self._accepted, 0
+        accepted, self._accepted = min(self._accepted, draft.n), 0
         profile, n_tokens = self.clock.profile, len(self.pt.tokens)
         seconds = self.clock(profile.verify_s(rows) + (profile.recapture_s if fresh else 0.0))
         last = self.i + accepted + 1  # the target's own token after the accepted drafts ...
