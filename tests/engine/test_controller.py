@@ -728,3 +728,20 @@ def test_a_size_learns_what_it_costs_against_one_token_from_its_own_rounds():
     for _ in range(40):  # then the machine runs at half speed; only one-token rounds show it
         c.observe(Mode.DRAFT, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.448))
     assert c.costs.verify(4) == pytest.approx(2 * 0.648 * 1.2, rel=0.05)
+
+
+def test_a_declined_token_is_sent_where_its_verify_row_is_worth_the_drafts_confidence():
+    """Plan.spare_p: on a GPU a verify row costs next to nothing, so the token the confidence stop
+    declined is sent at almost any confidence; on a 2-core CPU a row costs a third of a token or more
+    and it is not sent; where shapes are kept the rows the held size pays for are free and the rest
+    would change it."""
+    gpu = controller(GPU, GPU_DRAFT).spare_rows(4, rate=80.0, held=0, change_s=0.0)
+    assert len(gpu) == 4 and all(p < 0.1 for p in gpu)
+    cpu = controller(CPU_7B, CPU_7B_DRAFT).spare_rows(4, rate=7.0, held=0, change_s=0.0)
+    assert cpu == (1.0,) * 4  # a token the stop declined is never that sure
+    assert controller(GPU, GPU_DRAFT).spare_rows(6, rate=80.0, held=4, change_s=0.004) == (0.0,) * 3
+    assert controller(GPU, GPU_DRAFT).spare_rows(2, rate=80.0, held=4, change_s=0.004) == (0.0,) * 2
+
+    ctl = controller(GPU, GPU_DRAFT)
+    plan = ctl.plan(Mode.AUTO, {Drafter.MODEL: 8})
+    assert plan.drafter is Drafter.MODEL and len(plan.spare_p) == plan.k  # auto's draft model plans carry it

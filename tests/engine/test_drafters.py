@@ -155,15 +155,16 @@ class ScriptedDraft:
         return row
 
 
-def test_the_draft_model_sends_the_token_its_stop_declined_only_into_rows_the_verify_pays_anyway():
-    """Where shapes are kept, a verify pads its batch to the held size; the token the draft's confidence
-    stop declined is already computed, so it goes into a padding row (Plan.spare), undecoded."""
+def test_the_draft_model_sends_the_token_its_stop_declined_where_its_row_is_worth_it():
+    """The token the draft's confidence stop declined is already computed: it is sent, undecoded, where
+    the plan says its row is worth the draft's confidence at that position (Plan.spare_p)."""
     context = [0, 1, 2, 3]
-    unsure_third = {6}  # positions 4 and 5 are sure, the draft's third token is not
+    unsure_third = {6}  # positions 4 and 5 are sure, the draft's third token is not (1/3 sure)
     drafter = ModelDrafter(ScriptedDraft(unsure_third), target_n_vocab=64, p_min=0.5)  # type: ignore[arg-type]
 
-    assert drafter.propose(context, 4) == [4, 5] and drafter.last_spare == 0  # no rows to spare: stops before it
-    assert drafter.propose(context, 4, spare=2) == [4, 5] and drafter.last_spare == 0  # the rows end before it
-    assert drafter.propose(context, 4, spare=3) == [4, 5, 6] and drafter.last_spare == 1
+    assert drafter.propose(context, 4) == [4, 5] and drafter.last_spare == 0  # no spare rows: stops before it
+    assert drafter.propose(context, 4, spare_p=(0.0, 0.0)) == [4, 5] and drafter.last_spare == 0  # none there
+    assert drafter.propose(context, 4, spare_p=(0.0, 0.0, 0.5)) == [4, 5]  # its row needs it surer than 1/3
+    assert drafter.propose(context, 4, spare_p=(0.0, 0.0, 0.3)) == [4, 5, 6] and drafter.last_spare == 1
     assert drafter.model.tokens == [0, 1, 2, 3, 4, 5]  # nothing drafts after it, so it is not decoded
-    assert drafter.propose(context, 2, spare=7) == [4, 5]  # never past the K asked for
+    assert drafter.propose(context, 2, spare_p=(0.0,) * 7) == [4, 5]  # never past the K asked for

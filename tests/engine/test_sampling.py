@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.engine.sampling import greedy_choice
+from specchat.engine.sampling import greedy_choice, greedy_choices
 
 
 def reference_p(logits: np.ndarray) -> float:
@@ -78,3 +78,15 @@ def test_p_min_zero_is_always_confident():
     logits = np.zeros(1000, dtype=np.float32)  # p = 0.001
     assert greedy_choice(logits, 0.0) == (0, True)
     assert greedy_choice(logits, 0.01) == (0, False)
+
+
+def test_several_thresholds_at_once_decide_as_each_alone():
+    """The draft model asks for its stop and for the row of the token it declined in one pass over the
+    row (greedy_choices); each answer must be what greedy_choice gives alone."""
+    special = [np.array([np.nan, 1.0], dtype=np.float32), np.full(8, -np.inf, dtype=np.float32),
+               np.array([np.inf, np.inf, 0.0, 1.0], dtype=np.float32)]
+    for logits in [*rows(), *special]:
+        for pair in ((0.9, 0.3), (0.6, 0.05), (0.3, 0.0), (0.0, 0.0), (1.0, 0.5), (0.35, 0.6)):
+            top, decided = greedy_choices(logits, pair)
+            assert (top, decided) == (greedy_choice(logits, pair[0])[0],
+                                      tuple(greedy_choice(logits, p)[1] for p in pair)), (pair, logits[:4])

@@ -348,12 +348,13 @@ def test_a_proposal_not_drafted_still_teaches_what_it_would_have_been_worth(copi
 BUILTIN_TRACE = Path(__file__).resolve().parents[2] / "docs" / "traces" / "qwen2.5-coder-1.5b+0.5b.builtin.json"
 
 
-@pytest.mark.parametrize("profile", ["h100-qwen7b-q4km-steady", "cpu-2t-epyc-qwen7b-q4_k_m"])
-def test_a_verify_row_paid_anyway_carries_the_token_the_drafts_stop_declined(profile):
-    """Where shapes are kept (the H100 profile) the verify pads its batch to the held size, so the token the
-    draft model's confidence stop declined rides in a padding row: some are right and commit a token for
-    nothing, and none is counted as drafted (acceptance, and what auto plans with, are the draft's own).
-    Where no shape is kept (a CPU) every row costs, and none is sent."""
+@pytest.mark.parametrize("profile", ["h100-qwen7b-q4km-steady", "rtx4090-llama8b-bf16", "cpu-2t-epyc-qwen7b-q4_k_m"])
+def test_the_token_the_drafts_stop_declined_rides_where_its_row_is_worth_it(profile):
+    """The token the draft model's confidence stop declined is sent anyway where its verify row is worth it
+    (Plan.spare_p): free where shapes are kept and the held size pays for the row (the H100), nearly free
+    where verifying a few more rows costs next to nothing (the RTX 4090), not at all where a row costs a
+    third of a token (a 2-core CPU).  Some are right and commit a token each; none is counted as drafted
+    (acceptance, and what auto plans with, are the draft's own tokens)."""
     trace = load_trace(BUILTIN_TRACE)
     policy = next(p for p in standard_policies() if p.key == "auto")
     clock = Clock(load_profile(profile), 0)
@@ -366,9 +367,11 @@ def test_a_verify_row_paid_anyway_carries_the_token_the_drafts_stop_declined(pro
     if profile.startswith("cpu"):
         assert not spare
         return
-    assert len(spare) >= 20 and sum(r.spare_accepted for r in spare) >= 5  # tokens committed for nothing
+    assert len(spare) >= 20 and sum(r.spare_accepted for r in spare) >= 5  # tokens committed for a row each
     for r in spare:
-        assert r.drafted + r.spare + 1 <= r.verify_rows  # within the rows the verify paid
+        # within the rows the held size paid (the H100), or one row more than the draft (no shapes kept)
+        assert r.drafted + r.spare + 1 <= r.verify_rows if profile.startswith("h100") else \
+            r.drafted + r.spare + 1 == r.verify_rows
         assert r.spare_accepted <= r.spare and (r.spare_accepted == 0 or r.accepted == r.drafted)
         assert r.emitted <= r.accepted + r.spare_accepted + 1
     # what the controller learned from is the draft's own tokens

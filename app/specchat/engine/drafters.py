@@ -33,7 +33,7 @@ from .drafting import (
     kinds_by_name,
 )
 from .runtime import LoadedModel
-from .sampling import greedy_choice
+from .sampling import greedy_choice, greedy_choices
 from .settings import ControllerSettings, Drafter
 from .shapes import CATCH_UP_ONE_BY_ONE
 
@@ -55,17 +55,18 @@ class ModelDrafter:
         self.last_seconds = 0.0  # time spent in the last propose()
         self.last_catch_up = 0  # tokens the draft had to catch up on in the last propose()
         self.last_decoded = 0  # tokens the draft decoded in the last propose() (catch-up and drafting)
-        self.last_spare = 0  # 1 where the last propose() ended with the token its stop declined (spare rows)
+        self.last_spare = 0  # 1 where the last propose() ended with the token its stop declined (Plan.spare_p)
 
     def prefill(self, context: list[int]) -> None:
         """Put ``context`` into the draft's KV cache (no logits), reusing what is there."""
         keep = self.model.keep_prefix(context)
         self.model.decode(context[keep:], logits="none")
 
-    def propose(self, context: list[int], k: int, p_min: float | None = None, spare: int = 0) -> list[int]:
+    def propose(self, context: list[int], k: int, p_min: float | None = None,
+                spare_p: tuple[float, ...] = ()) -> list[int]:
         """Up to ``k`` tokens following ``context`` (all committed tokens, the last one included),
         stopping before a token the draft is less sure of than ``p_min`` (None: the drafter's own), or
-        after it where it is among the first ``spare`` (rows the verify pays for anyway: Plan.spare)."""
+        after it where the draft is at least ``spare_p[n]`` sure of it at its position n (Plan.spare_p)."""
         floor = self.p_min if p_min is None else p_min
         t0 = time.perf_counter()
         self.last_spare = 0
@@ -84,11 +85,17 @@ class ModelDrafter:
         m.decode(todo, logits="last")
         out: list[int] = []
         while True:
-            tok, confident = greedy_choice(m.logits(-1), floor)
+            n = len(out)
+            spare_at = spare_p[n] if n < min(len(spare_p), k) else None
+            if spare_at is None:
+                tok, confident = greedy_choice(m.logits(-1), floor)
+                sure_enough = False
+            else:
+                tok, (confident, sure_enough) = greedy_choices(m.logits(-1), (floor, spare_at))
             if tok >= self.target_n_vocab:
                 break
             if not confident:
-                if len(out) < min(spare, k):
+                if sure_enough:
                     out.append(tok)  # not decoded: nothing drafts after it
                     self.last_spare = 1
                 break
@@ -114,7 +121,7 @@ class ModelDrafter:
         return Offer(min(k_cap, settings.k_max))
 
     def draft(self, history: list[int], plan: PlanView) -> Drafted:
-        tokens = self.propose(history, plan.k, plan.p_min, plan.spare)
+        tokens = self.propose(history, plan.k, plan.p_min, plan.spare_p)
         return Drafted(tokens, self.last_seconds, self.last_catch_up, self.last_decoded, self.last_spare)
 
 
@@ -153,8 +160,10 @@ class ModelReplay:
         while n < plan.k and n < len(row) and row[n] >= p_stop:
             n += 1
         decoded = n - 1 if n == plan.k else n  # drafted tokens the draft decoded (the last one is not, at K)
-        # the token it stopped at, in a row paid anyway (Plan.spare); llama.cpp's draft-simple sends only its draft
-        spare = int(not ctx.p_top10 and n < min(plan.k, len(row), plan.spare))
+        # the token it stopped at, where its row is worth it (Plan.spare_p); llama.cpp's draft-simple sends only
+        # its draft
+        spare = int(not ctx.p_top10 and n < min(plan.k, len(row), len(plan.spare_p))
+                    and row[n] >= plan.spare_p[n] * 1000)
         n += spare
         head = profile.head_draft_s(decoded + 1)
         if head is not None:  # a trained drafter: it reads the target's own states, so it has nothing to catch up

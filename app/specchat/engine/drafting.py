@@ -48,7 +48,7 @@ class Drafted:
     seconds: float = 0.0  # drafting time beyond the offer's
     catch_up: int = 0  # tokens of context it caught up on first (a draft model)
     decoded: int = 0  # tokens it decoded (a draft model: catch-up and drafting)
-    spare: int = 0  # of the tokens, the last ones sent only because their rows are paid anyway (Plan.spare)
+    spare: int = 0  # of the tokens, the last ones its confidence stop declined and sent anyway (Plan.spare_p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ class Replayed:
     seconds: tuple[float, ...] = ()  # drafting time beyond the offer's, term by term as the clock drew it
     catch_up: int = 0
     decoded: int = 0
-    spare: int = 0  # of the drafted, the last ones sent only because their rows are paid anyway (Plan.spare)
+    spare: int = 0  # of the drafted, the last ones its confidence stop declined and sent anyway (Plan.spare_p)
 
 
 class PlanView(Protocol):
@@ -73,7 +73,7 @@ class PlanView(Protocol):
     def p_min(self) -> float | None: ...
 
     @property
-    def spare(self) -> int: ...
+    def spare_p(self) -> tuple[float, ...]: ...
 
 
 class LiveDrafter(Protocol):

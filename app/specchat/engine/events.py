@@ -77,8 +77,8 @@ class RoundStats:
     phase: str = ""  # "reasoning" or "answer" once engine.phases has filed it; "" before
     verify_n: int = 0  # rows of the verify batch, padding included (engine/shapes.py); 0: drafted + 1
     verify_fresh: bool = False  # the verify ran at a size not replayed yet: it paid a re-capture (shapes)
-    # tokens sent in rows the verify paid anyway (controller.Plan.spare), not counted as drafted, and how
-    # many of them the target accepted (emitted counts them)
+    # tokens the draft's confidence stop declined and the round sent anyway (controller.Plan.spare_p), not
+    # counted as drafted, and how many of them the target accepted (emitted counts them)
     spare: int = 0
     spare_accepted: int = 0
 

@@ -40,7 +40,7 @@ class Draft:
     seconds: tuple[float, ...] = ()  # what drafting cost beyond the offers, term by term as measured
     catch_up: int = 0  # tokens of context it caught up on first (a draft model)
     decoded: int = 0  # tokens it decoded (a draft model: catch-up and drafting)
-    spare: int = 0  # of the n, the last ones sent only because their rows are paid anyway (Plan.spare)
+    spare: int = 0  # of the n, the last ones its confidence stop declined and sent anyway (Plan.spare_p)
 
 
 NO_DRAFT = Draft()
@@ -119,8 +119,9 @@ class Rounds:
         for seconds in draft.seconds:  # term by term, as measured (the simulated clock draws each)
             draft_s += seconds
         shape = self.shape
-        need = draft.n - draft.spare + 1  # a spare token fills a row paid anyway, or is not sent
-        rows = need if shape is None else shape.size_for(need, self.decodes.room, one_off=plan.one_off)
+        # where shapes are kept a declined token rides in a row the held size pays for, or is not sent
+        need = draft.n - draft.spare + 1
+        rows = draft.n + 1 if shape is None else shape.size_for(need, self.decodes.room, one_off=plan.one_off)
         if rows < draft.n + 1:
             draft = replace(draft, n=rows - 1, spare=draft.spare - (draft.n + 1 - rows))
         fresh = shape is not None and shape.fresh
@@ -177,8 +178,6 @@ class Rounds:
         shape = self.shape
         plan = self.controller.plan(self.mode, available, match, held=shape.size if shape is not None else 0,
                                     change_s=shape.change_s if shape is not None else 0.0)
-        if shape is not None and shape.size > 1:
-            plan = replace(plan, spare=shape.size - 1)
         return plan, seconds, offers
 
     def _count(self, stats: RoundStats) -> None:

@@ -163,20 +163,32 @@ def greedy_choice(logits: np.ndarray, p_min: float) -> tuple[int, bool]:
     vocabulary summed.  A row with a NaN, or with nothing above -inf, is never confident; a
     +inf top shares its probability with the other +inf logits.
     """
+    top, (confident,) = greedy_choices(logits, (p_min,))
+    return top, confident
+
+
+def greedy_choices(logits: np.ndarray, p_mins: tuple[float, ...]) -> tuple[int, tuple[bool, ...]]:
+    """:func:`greedy_choice` against several thresholds for the price of one (the softmax's sum once)."""
     top = int(logits.argmax())
     x_top = float(logits[top])
-    if p_min <= 0.0:
-        return top, True
+    if all(p <= 0.0 for p in p_mins):
+        return top, (True,) * len(p_mins)
     if not np.isfinite(x_top):
         if x_top != np.inf:  # NaN (argmax stops at the first one) or a row of -inf
-            return top, False
-        return top, 1.0 / int(np.count_nonzero(logits == np.inf)) >= p_min
-    limit = 1.0 / p_min
+            return top, tuple(p <= 0.0 for p in p_mins)
+        share = 1.0 / int(np.count_nonzero(logits == np.inf))
+        return top, tuple(p <= 0.0 or share >= p for p in p_mins)
     near = logits[logits >= x_top - _NEAR]
     s = float(np.exp(near - x_top).sum(dtype=np.float64))
-    if s > limit:
-        return top, False
-    if s + (len(logits) - len(near)) * _FAR_TERM <= limit:
-        return top, True
-    s = float(np.exp(logits - x_top).sum(dtype=np.float64))
-    return top, s <= limit
+    far = (len(logits) - len(near)) * _FAR_TERM
+    whole: float | None = None
+    out = []
+    for p in p_mins:
+        limit = 1.0 / p if p > 0.0 else np.inf
+        if s > limit or s + far <= limit:
+            out.append(s + far <= limit)
+            continue
+        if whole is None:
+            whole = float(np.exp(logits - x_top).sum(dtype=np.float64))
+        out.append(whole <= limit)
+    return top, tuple(out)
