@@ -174,3 +174,28 @@ def test_each_round_says_the_batch_it_verified_so_the_costs_learn_the_size_that_
     assert any(r.verify_rows > r.drafted + 1 for r in rounds)  # padded rounds, learned at their padded size
     plain_pair, _t, plain_rounds, _ = answer(False, Mode.LOOKUP, settings=EVERY_PROPOSAL)
     assert [r.verify_rows for r in plain_rounds] == [r.drafted + 1 for r in plain_rounds]
+
+
+@pytest.mark.parametrize("shape_sensitive", [False, True])
+def test_the_token_a_drafts_stop_declined_is_verified_and_the_answer_is_unchanged(shape_sensitive):
+    """The fake's verify rows cost about 1% of a pass each (a GPU's curve), so the token the draft's stop
+    (0.6) declines at its unsure positions (about 0.52 sure) is sent anyway (Plan.spare_p), in the loop as
+    in the simulator: some are right and commit a token each, and the answer is plain decoding's."""
+    spec = FakeSpec(shape_sensitive=shape_sensitive, miss_every=7, unsure_every=5, answer_tokens=300)
+    pairs = [fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")), spec) for _ in range(2)]
+    prompt = pairs[0].chat_prompt(MSGS).tokens
+    runs = []
+    for pair, mode in zip(pairs, (Mode.BASELINE, Mode.DRAFT), strict=True):
+        tokens, rounds = [], []
+        for ev in pair.generate(prompt, mode=mode, max_tokens=400):
+            if isinstance(ev, TokensEmitted):
+                tokens += ev.token_ids
+            elif isinstance(ev, RoundStats):
+                rounds.append(ev)
+        runs.append((tokens, rounds))
+    (plain, _), (tokens, rounds) = runs
+
+    assert tokens == plain
+    spare = [r for r in rounds if r.spare]
+    assert sum(r.spare_accepted for r in spare) >= 5
+    assert all(r.accepted <= r.drafted and r.emitted <= r.accepted + r.spare_accepted + 1 for r in rounds)

@@ -80,6 +80,7 @@ class FakeSpec:
     answer_tokens: int = 120  # then the end-of-turn token
     decode_s: float = 0.0  # seconds every decode call takes (per call, not per token)
     miss_every: int = 4  # the draft is wrong at every n-th answer position (0: never)
+    unsure_every: int = 0  # the draft is unsure (top probability about 0.52) at every n-th answer position
     n_ctx: int = 2048
     load_s: float = 0.0  # how long a load takes (checked for cancel every 10 ms)
     fail_load: str = ""  # a load raises LlamaError with this message
@@ -158,6 +159,17 @@ class FakeModel(LoadedModel):
         row[token] = 10.0
         return row
 
+    def _row_after(self, context: list[int]) -> np.ndarray:
+        """The logits after ``context``: one-hot-like, but for the draft's unsure positions (``unsure_every``),
+        where a second token trails the choice by 0.1 (the choice's probability about 0.52)."""
+        token = self.next_token(context)
+        row = self._row(token)
+        start = _answer_start(context)
+        every = self.spec.unsure_every
+        if self.is_draft and every and start is not None and (len(context) - start) % every == every - 1:
+            row[(token + 1) % 256] = 9.9
+        return row
+
     # -- LoadedModel's interface -------------------------------------------------------
 
     def close(self) -> None:
@@ -219,9 +231,9 @@ class FakeModel(LoadedModel):
         if logits == "none":
             self._rows = []
         elif logits == "last":
-            self._rows = [self._row(self.next_token(self.tokens))]
+            self._rows = [self._row_after(self.tokens)]
         else:
-            self._rows = [self._row(self.next_token(self.tokens[: start + i + 1])) for i in range(len(tokens))]
+            self._rows = [self._row_after(self.tokens[: start + i + 1]) for i in range(len(tokens))]
 
     def trim(self, n: int) -> None:
         del self.tokens[n:]
