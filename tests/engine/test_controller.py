@@ -1,5 +1,6 @@
 """The controller speculates where it pays and falls back where it does not."""
 
+import math
 import random
 
 import pytest
@@ -223,6 +224,41 @@ def test_costs_follow_measurements():
     for _ in range(50):
         costs.observe_verify(5, 0.03)
     assert costs.verify(5) == pytest.approx(0.03, rel=1e-3)
+
+
+def test_a_size_the_calibration_misjudged_learns_its_own_cost_where_plain_rounds_are_rare():
+    """A calibration timed each size once.  On the 7B-shape CPU profile one put a 2-token verify at 1.30x a
+    token where it costs 1.51x; auto then drafted K = 1 round after round, and the old model, which gave 80%
+    of every round's error to the level of every size, still believed 1.38x after 419 rounds: K = 1 kept
+    looking cheap where K = 3 paid (0.944x of it at alpha 0.9)."""
+    costs = CostModel({1: 0.100, 2: 0.130, 3: 0.222, 5: 0.312})
+    rng = random.Random(3)
+    for _ in range(60):  # K = 1 rounds only, each measured with 5% noise
+        costs.observe_verify(2, 0.151 * math.exp(rng.gauss(0.0, 0.05)))
+    assert costs.verify(2) / costs.verify(1) == pytest.approx(1.51, rel=0.04)
+    assert costs.verify(1) == pytest.approx(0.100, rel=0.04)  # plain did not get dearer for it
+
+
+def test_a_slowdown_while_one_size_runs_moves_every_size_and_leaves_when_the_machine_is_quiet():
+    """Another program slows the machine 2x while auto drafts K = 1: plain must slow down with it (or auto
+    would play plain, re-learn the level there and find its K = 1 slowed twice, for good), and when the
+    machine is quiet again every size is back where it was."""
+    costs = CostModel({1: 0.100, 2: 0.151, 3: 0.222, 5: 0.312})
+    rng = random.Random(5)
+
+    def rounds(n: int, size: int, slow: float) -> None:
+        truth = {1: 0.100, 2: 0.151}[size]
+        for _ in range(n):
+            costs.observe_verify(size, slow * truth * math.exp(rng.gauss(0.0, 0.05)))
+
+    rounds(80, 2, 1.0)
+    rounds(40, 2, 2.0)  # the slowdown, seen only in 2-token rounds
+    assert costs.verify(1) == pytest.approx(0.200, rel=0.15)
+    assert costs.verify(2) / costs.verify(1) == pytest.approx(1.51, rel=0.1)
+    rounds(40, 2, 1.0)  # quiet again
+    rounds(10, 1, 1.0)  # a few plain rounds
+    assert costs.verify(1) == pytest.approx(0.100, rel=0.08)
+    assert costs.verify(2) == pytest.approx(0.151, rel=0.08)
 
 
 def test_plans_and_rounds_name_their_drafter_with_the_enum():

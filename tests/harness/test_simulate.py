@@ -352,8 +352,8 @@ BUILTIN_TRACE = Path(__file__).resolve().parents[2] / "docs" / "traces" / "qwen2
 def test_the_token_the_drafts_stop_declined_rides_where_its_row_is_worth_it(profile):
     """The token the draft model's confidence stop declined is sent anyway where its verify row is worth it
     (Plan.spare_p): free where shapes are kept and the held size pays for the row (the H100), nearly free
-    where verifying a few more rows costs next to nothing (the RTX 4090), not at all where a row costs a
-    third of a token (a 2-core CPU).  Some are right and commit a token each; none is counted as drafted
+    where verifying a few more rows costs next to nothing (the RTX 4090), not where a row costs a third of
+    a token (a 2-core CPU: only at its one cheaper row, and rarely).  Some are right and commit a token each; none is counted as drafted
     (acceptance, and what auto plans with, are the draft's own tokens)."""
     trace = load_trace(BUILTIN_TRACE)
     policy = next(p for p in standard_policies() if p.key == "auto")
@@ -365,7 +365,13 @@ def test_the_token_the_drafts_stop_declined_rides_where_its_row_is_worth_it(prof
 
     spare = [r for r in rounds if r.spare]
     if profile.startswith("cpu"):
-        assert not spare
+        # rows cost a third of a token or more there, but for one: this profile's verify of 4 costs 0.27 of a
+        # token more than one of 3, and a row the costs learned put under 0.3 (SPARE_P_MAX) may be sent
+        prof = load_profile(profile)
+        drafted = sum(1 for r in rounds if r.drafted)
+        assert len(spare) <= drafted / 50
+        for r in spare:
+            assert (prof.verify_s(r.verify_rows) - prof.verify_s(r.verify_rows - 1)) / prof.token_s < 0.3
         return
     assert len(spare) >= 20 and sum(r.spare_accepted for r in spare) >= 5  # tokens committed for a row each
     for r in spare:

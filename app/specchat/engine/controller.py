@@ -29,9 +29,13 @@ from .shapes import CALLS_PER_CHANGE, CATCH_UP_ONE_BY_ONE
 RECHECKED = "re-checked at "  # how a re-check's brief begins (the stats line folds repeats of it)
 
 EMA = 0.2  # weight of a new cost measurement (the level of the verify costs: CostModel)
-# weight of a steady round in its own size's shape: a quarter of the level's, so that a lasting change
-# of speed seen at one size (plain decoding's 1-token rounds) goes mostly to the level of every size
-SHAPE_EMA = 0.05
+# A steady round's cost is the level times its size's shape, in log terms a sum, and each round's error is
+# shared between the two by how uncertain each is (a Kalman filter, diagonal): the level drifts (the machine's
+# speed, LEVEL_DRIFT per round, which makes a steady level learn at about EMA), a shape is a fixed unknown the
+# calibration measured once (SHAPE_VAR), and one round's cost scatters by NOISE_VAR.  A size the calibration
+# misjudged learns its own cost in its first rounds; once its rounds have pinned it, a lasting change of speed
+# seen there goes to the level of every size
+LEVEL_DRIFT, SHAPE_VAR, NOISE_VAR = 1.25e-4, 0.1 ** 2, 0.05 ** 2
 # the verify size whose shape stays the calibration's, so that the level is how fast one token runs now
 # against it: a size learning its own shape from its own rounds alone took a share of every change of
 # speed (a 3x slowdown seen in 1-token rounds left the calibrated 1-token cost 18% up, above 2 tokens')
@@ -145,8 +149,9 @@ class CostModel:
     """Measured seconds for a target decode of n tokens, and a drafter's cost per token.
 
     A cost is a shape times a level.  The shape (``verify_s``, ``draft_s``) is what the load-time
-    calibration timed, each size corrected slowly by that size's own rounds; the level is how fast the
-    machine runs now against it, learned from every steady round whatever its size.  A machine that
+    calibration timed, each size corrected by that size's own rounds as far as they show it misjudged;
+    the level is how fast the machine runs now against it, learned from every steady round whatever its
+    size (:meth:`observe_verify`).  A machine that
     slows down or speeds up (another program, a clock change) moves every size and the draft alike.
 
     Learning each measured size on its own, as this once did, mixed sizes timed lately with sizes only
@@ -164,6 +169,8 @@ class CostModel:
         # sets it (a profile's drafter costs, harness/simulate.py); the loop's drafters cost per token
         self.draft_call_s: dict[str, float] = {}
         self.level = 1.0  # how many times the shape's seconds the machine's rounds take now
+        self.level_var = 0.0  # the variance of log(level) (0: the calibration's level is known)
+        self.shape_var: dict[int, float] = {}  # per size, the variance of its log shape (SHAPE_VAR before rounds)
         self.overhead_s = 0.0
         # seconds one re-captured call adds where llama.cpp replays CUDA graphs (engine/shapes.py):
         # set by a calibration on such a backend, then learned from the rounds that change size
@@ -211,10 +218,15 @@ class CostModel:
         cost beyond the steady estimate), not the steady cost of n.  Mixing the two made sizes that
         are only met at changes look 1.5-2x dearer than they are (simulated H100 profile).
 
-        A steady one moves the level at :data:`EMA`, then, after the level has taken its share, its own
-        size's shape at :data:`SHAPE_EMA` (not :data:`ANCHOR`'s, which stays the calibration's): a
-        lasting change of speed goes to the level (every size), what stays particular to one size
-        against one token's cost to its shape."""
+        A steady one's error (in log terms) is shared between the level and its size's shape by how
+        uncertain each is (:data:`LEVEL_DRIFT`, :data:`SHAPE_VAR`, :data:`NOISE_VAR`; :data:`ANCHOR`'s
+        shape stays the calibration's).  A size's first rounds correct what the calibration misjudged of
+        it; once they have pinned it, a lasting change of speed seen at that size goes to the level of
+        every size.  Moving the level first at a fixed weight and the shape after at a quarter of it gave
+        80% of a size's error to every size: on the 7B-shape CPU profile a calibration that put a 2-token
+        verify at 1.30x a token (1.51x in truth) still said 1.38x after 419 rounds of K = 1, and auto
+        drafted K = 1 where K = 3 paid.  Learning the level from 1-token rounds alone fixed that and made a
+        slowdown seen while drafting one size stick to that size for good."""
         if fresh:
             if self.verify_s:
                 extra = max(seconds - self.verify(n), 0.0)
@@ -225,12 +237,19 @@ class CostModel:
         if not self.verify_s:
             self.verify_s[n] = seconds / self.level
             return
-        self.level *= 1 + EMA * (seconds / self.verify(n) - 1)
-        if n == ANCHOR and ANCHOR in self.verify_s:
-            return  # one token is what the level is measured against: its rounds move only the level
-        own = seconds / self.level
-        old = self.verify_s.get(n)
-        self.verify_s[n] = own if old is None else (1 - SHAPE_EMA) * old + SHAPE_EMA * own
+        if n not in self.verify_s:  # a size between the calibrated ones: its shape starts as the line's
+            self.verify_s[n] = self._shape(n)
+        self.level_var += LEVEL_DRIFT
+        error = math.log(seconds / self.verify(n))
+        # one token is what the level is measured against: its shape stays the calibration's
+        shape_var = 0.0 if n == ANCHOR else self.shape_var.get(n, SHAPE_VAR)
+        spread = self.level_var + shape_var + NOISE_VAR
+        to_level, to_shape = self.level_var / spread, shape_var / spread
+        self.level *= math.exp(to_level * error)
+        self.level_var *= 1 - to_level
+        if shape_var:
+            self.verify_s[n] *= math.exp(to_shape * error)
+            self.shape_var[n] = shape_var * (1 - to_shape)
 
     def observe_draft(self, drafter: str, seconds_per_token: float) -> None:
         own = seconds_per_token / self.level
