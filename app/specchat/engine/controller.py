@@ -36,11 +36,6 @@ EMA = 0.2  # weight of a new cost measurement (the level of the verify costs: Co
 # misjudged learns its own cost in its first rounds; once its rounds have pinned it, a lasting change of speed
 # seen there goes to the level of every size
 LEVEL_DRIFT, SHAPE_VAR, NOISE_VAR = 1.25e-4, 0.1 ** 2, 0.05 ** 2
-# A round whose error is beyond JUMP times the spread expected of it (three standard deviations) is the
-# machine changing speed (another program starting or stopping): the excess goes to the level's uncertainty,
-# so the level takes it.  Without it a 2x slowdown in a size's first rounds after loading went to that size's
-# shape and stayed there: K = 1 read 2.9x a token where it costs 1.51x, and auto would not draft it again
-JUMP = 9.0
 # the verify size whose shape stays the calibration's, so that the level is how fast one token runs now
 # against it: a size learning its own shape from its own rounds alone took a share of every change of
 # speed (a 3x slowdown seen in 1-token rounds left the calibrated 1-token cost 18% up, above 2 tokens')
@@ -249,9 +244,6 @@ class CostModel:
         # one token is what the level is measured against: its shape stays the calibration's
         shape_var = 0.0 if n == ANCHOR else self.shape_var.get(n, SHAPE_VAR)
         spread = self.level_var + shape_var + NOISE_VAR
-        if error * error > JUMP * spread:  # beyond what a size's error and the noise give: the machine changed
-            self.level_var += error * error - spread
-            spread = self.level_var + shape_var + NOISE_VAR
         to_level, to_shape = self.level_var / spread, shape_var / spread
         self.level *= math.exp(to_level * error)
         self.level_var *= 1 - to_level
