@@ -78,7 +78,8 @@ def format_round(plan: Plan, held: int, r: RoundStats) -> str:
     stop = f" stop {plan.p_min:.2f}" if plan.p_min is not None else ""
     kind = " probe" if plan.probe else " own rows" if plan.one_off else ""
     return (f"  {plan.drafter.value}:{plan.k}{stop}{kind}, held {held} | drafted {r.drafted}, accepted "
-            f"{r.accepted}, spare {r.spare}, rows {r.verify_rows}{' re-captured' if r.verify_fresh else ''}")
+            f"{r.accepted}, spare {r.spare}, rows {r.verify_rows}{' re-captured' if r.verify_fresh else ''} | "
+            f"draft {r.draft_s * 1e3:.2f} ms, verify {r.verify_s * 1e3:.2f} ms, round {r.wall_s * 1e3:.2f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -392,6 +392,10 @@ class TraceDecodes:
         self.i = 0  # index of id_last, the newest committed token
         self.n_generated = 1
         self._accepted = 0  # of the draft in flight: what the trace says the target accepts
+        # the verify sizes of the two calls before (0: the prompt's prefill, another shape): llama.cpp's CUDA
+        # backend replays a graph from the third call of a shape, whichever loop feeds it, so plain decoding
+        # pays its first two calls after the prompt as the speculative loop does (shared notes, "CUDA graphs")
+        self._shapes = (0, 0)
 
     def offer(self, drafter: Drafter, k_cap: int) -> Offer:
         return self.replays[drafter].offer(self.i, k_cap)
@@ -404,7 +408,10 @@ class TraceDecodes:
     def verify(self, draft: Draft, rows: int, fresh: bool) -> Verified:
         accepted, self._accepted = min(self._accepted, draft.n), 0
         profile, n_tokens = self.clock.profile, len(self.pt.tokens)
-        seconds = self.clock(profile.verify_s(rows) + (profile.recapture_s if fresh else 0.0))
+        # the clock charges what the backend does (the loop's ``fresh`` is its own view of the same rule)
+        recaptured = not rows == self._shapes[0] == self._shapes[1]
+        self._shapes = (rows, self._shapes[0])
+        seconds = self.clock(profile.verify_s(rows) + (profile.recapture_s if recaptured else 0.0))
         last = self.i + accepted + 1  # the target's own token after the accepted drafts ...
         emitted = accepted + 1
         if last > n_tokens - 1:  # ... unless the accepted drafts already ended the answer
