@@ -139,6 +139,18 @@ def test_a_probe_gets_its_rows_for_its_own_round_and_the_held_size_stays():
     assert shape.size_for(5, room=100, one_off=True) == 6  # a probe inside the held size is padded as any round
 
 
+def test_one_off_rounds_in_a_row_keep_the_size_the_backend_replays_where_padding_costs_less_than_a_change():
+    """A draft model that usually drafts briefly gets rows for each round of a run; at a confidence stop its
+    drafts vary in length, and each length of its own re-captured (simulated H100 JSON after a chat: 6 of 13
+    rounds)."""
+    shape = VerifyShape(linear(0.25), recapture_s=0.5)  # a change: two re-captured calls, 1.0 s
+    given = [shape.size_for(n, room=100, one_off=True) for n in (9, 9, 9, 7, 9, 6, 9, 3)]
+    # 7 and 6 rows fit in the replayed 9 for 0.5 and 0.75 s of padding; 3 rows would waste 1.5 s
+    assert given == [9, 9, 9, 9, 9, 9, 9, 3]
+    assert shape.size_for(8, room=100, one_off=True) == 8  # 3 was given last: 9 is no longer replayed
+    assert shape.changes == 0 and shape.size_for(1, room=100) == 1  # the held size never grew for them
+
+
 def test_a_flat_verify_curve_never_shrinks_and_a_steep_one_follows_at_once():
     flat = VerifyShape(lambda n: 1.0, recapture_s=0.5)
     assert [flat.size_for(n, room=100) for n in (8, 1, 1, 1, 1, 1)] == [8] * 6
