@@ -151,6 +151,18 @@ def test_one_off_rounds_in_a_row_keep_the_size_the_backend_replays_where_padding
     assert shape.changes == 0 and shape.size_for(1, room=100) == 1  # the held size never grew for them
 
 
+def test_one_off_rounds_inside_the_held_size_do_not_keep_it_for_the_plain_rounds_between_them():
+    """Prompt lookup's 3-token tries fit the held 4 rows exactly; had each started the waste over, the plain
+    rounds between them would be padded to 4 rows for as long as lookup kept trying (simulated H100 summary:
+    0.91x plain over an answer)."""
+    shape = VerifyShape(linear(0.25), recapture_s=0.5)  # a change: two re-captured calls, 1.0 s
+    assert shape.size_for(4, room=100) == 4  # a run of drafts grew it
+    given = [shape.size_for(n, room=100, one_off=one_off) for n, one_off in [(4, True), (1, False)] * 3]
+    # 0.75 s of padding a plain round: the second plain round reaches a change and shrinks to one row
+    assert given == [4, 4, 4, 1, 4, 1]
+    assert shape.size == 1 and shape.changes == 1
+
+
 def test_a_flat_verify_curve_never_shrinks_and_a_steep_one_follows_at_once():
     flat = VerifyShape(lambda n: 1.0, recapture_s=0.5)
     assert [flat.size_for(n, room=100) for n in (8, 1, 1, 1, 1, 1)] == [8] * 6
