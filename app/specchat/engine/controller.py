@@ -40,6 +40,12 @@ LEVEL_DRIFT, SHAPE_VAR, NOISE_VAR = 1.25e-4, 0.1 ** 2, 0.05 ** 2
 # against it: a size learning its own shape from its own rounds alone took a share of every change of
 # speed (a 3x slowdown seen in 1-token rounds left the calibrated 1-token cost 18% up, above 2 tokens')
 ANCHOR = 1
+# auto plans a size no steady round has measured yet this many standard deviations of its shape's
+# uncertainty (SHAPE_VAR) cheaper than the calibration's one timing of it: optimism about a cost, as its
+# acceptance estimate is optimistic, so a size the calibration happened to time dear is tried and learned
+# (CostModel.plan_verify).  Planned at the timing itself, one draw too dear kept K = 1 from ever running
+# on the 7B-shape CPU profile in 5 of 18 seeds (code 0.80x the best fixed K)
+UNTRIED_Z = 1.0
 # Prompt lookup's acceptance is learned per class of match length (the tokens of agreement behind a
 # proposal, drafters.PromptLookupDrafter.last_match): on the builtin suite's Qwen trace a proposal
 # behind a 1-token match was accepted for 0.3-0.9 tokens on average, behind 8 or more on edits and
@@ -189,6 +195,15 @@ class CostModel:
         its sizes."""
         return self.level * self._shape(n)
 
+    def plan_verify(self, n: int) -> float:
+        """:meth:`verify` as auto plans with it: a size no steady round has measured yet (its shape still the
+        calibration's one timing) less :data:`UNTRIED_Z` standard deviations of its shape.  Its first rounds
+        pin it, and it is then planned at what it costs.  Claims, the forced modes' rails and learning read
+        :meth:`verify`."""
+        if n == ANCHOR or n in self.shape_var:
+            return self.verify(n)
+        return self.verify(n) * math.exp(-UNTRIED_Z * math.sqrt(SHAPE_VAR))
+
     def _shape(self, n: int) -> float:
         if n in self.verify_s:
             return self.verify_s[n]
@@ -278,15 +293,16 @@ class CostModel:
             return behind * per
         return per * self.verify(behind + 1) / self.verify(1) + (CALLS_PER_CHANGE + 1) * self.recapture_s
 
-    def rate(self, drafter: str, k: int, a: float) -> float:
-        """Expected tokens per second of a round."""
-        cost = self.verify(k + 1) + self.overhead_s + self.draft_cost(drafter, k, a)
+    def rate(self, drafter: str, k: int, a: float, *, optimistic: bool = False) -> float:
+        """Expected tokens per second of a round (``optimistic``: on :meth:`plan_verify`)."""
+        verify = self.plan_verify if optimistic else self.verify
+        cost = verify(k + 1) + self.overhead_s + self.draft_cost(drafter, k, a)
         return expected_tokens(a, k) / cost
 
-    def best_k(self, drafter: str, a: float, k_lo: int, k_hi: int) -> tuple[int, float]:
-        best = (k_lo, self.rate(drafter, k_lo, a))
+    def best_k(self, drafter: str, a: float, k_lo: int, k_hi: int, *, optimistic: bool = False) -> tuple[int, float]:
+        best = (k_lo, self.rate(drafter, k_lo, a, optimistic=optimistic))
         for k in range(k_lo + 1, k_hi + 1):
-            r = self.rate(drafter, k, a)
+            r = self.rate(drafter, k, a, optimistic=optimistic)
             if r > best[1]:
                 best = (k, r)
         return best
@@ -585,15 +601,18 @@ class DraftController:
             a = window.optimistic_rate(z, declines=bool(change_s))
             stop, stop_mean = (window.stop_rate(z), window.stop_rate()) if stopping else (0.0, 0.0)
             k_lo = min(s.k_min, k_hi) if mode is not Mode.AUTO else 1
-            k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s, stop)
+            # auto tries a size the calibration may have timed dear (plan_verify) where it is optimistic about
+            # acceptance too: prompt lookup, planned on its estimate alone, drafts no size on a guess
+            opt = mode is Mode.AUTO and z > 0
+            k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s, stop, optimistic=opt)
             if mode is Mode.AUTO:
                 # optimism decides whether to try a drafter, the estimate how far: a K planned on the
                 # optimistic rate made each try of a drafter auto knew little of a long, dear one (and,
                 # where shapes matter, a change of verify size), which is what lost on chat and prose
                 k_mean, _ = self._best_k(name, window.per_token_rate(declines=bool(change_s)), k_lo, k_hi, held,
-                                         change_s, stop_mean)
+                                         change_s, stop_mean, optimistic=opt)
                 if k_mean < k:
-                    k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s, stop)[1]
+                    k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s, stop, optimistic=opt)[1]
             if rate > best_rate:
                 best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
                                        match=match if kind.match_classes else 0), rate
@@ -683,7 +702,7 @@ class DraftController:
         return next(k for k, r in enumerate(rates, start=1) if r >= (1 - NEAR_BEST) * top)
 
     def _best_k(self, drafter: Drafter, a: float, k_lo: int, k_hi: int, held: int,
-                change_s: float, stop: float = 0.0) -> tuple[int, float]:
+                change_s: float, stop: float = 0.0, *, optimistic: bool = False) -> tuple[int, float]:
         """``CostModel.best_k`` where the verify size held by the backend changes what a K costs (and a
         draft model's catch-up re-captures: ``CostModel.catch_up_cost``), and where a confidence stop
         ends drafts early.
@@ -695,8 +714,9 @@ class DraftController:
         rejection made a draft right 9 times in 10 when it drafted look right 6 in 10 (simulated 7B-shape
         CPU, code: plain for 20-30 rounds at a time between K = 1 rounds that were all accepted)."""
         if not change_s and not stop:
-            return self.costs.best_k(drafter, a, k_lo, k_hi)
+            return self.costs.best_k(drafter, a, k_lo, k_hi, optimistic=optimistic)
         c = self.costs
+        verify = c.plan_verify if optimistic else c.verify
         # the catch-up is paid by the first round of a run: shared, as a change of size is, by the rounds
         # this drafter usually drafts in a row.  Not charged where shapes do not matter: there a catch-up
         # is a cheap batch, and the charge, growing with every plain round, shut the draft model out
@@ -719,13 +739,13 @@ class DraftController:
             # kept the held size where it was (simulated H100, alpha 0.8: K = 5 at 6 rows, where K = 3
             # at 4 pays 1.10x plain)
             if not change_s:
-                cost += c.verify(n + 1)
+                cost += verify(n + 1)
             elif n + 1 > held:
-                cost += c.verify(n + 1) + 2 * change_s / stay
+                cost += verify(n + 1) + 2 * change_s / stay
             elif n + 1 < held:
-                cost += min(c.verify(held), c.verify(n + 1) + 2 * change_s / stay)
+                cost += min(verify(held), verify(n + 1) + 2 * change_s / stay)
             else:
-                cost += c.verify(held)
+                cost += verify(held)
             return expected_tokens(a, n), cost
 
         lengths = [round_of(n) for n in range(k_hi + 1)] if stop else []
