@@ -148,6 +148,8 @@ def test_one_off_rounds_in_a_row_keep_the_size_the_backend_replays_where_padding
     # 7 and 6 rows fit in the replayed 9 for 0.5 and 0.75 s of padding; 3 rows would waste 1.5 s
     assert given == [9, 9, 9, 9, 9, 9, 9, 3]
     assert shape.size_for(8, room=100, one_off=True) == 8  # 3 was given last: 9 is no longer replayed
+    # 8 is replayed now, but a context with room for 7 rows is never padded past them
+    assert shape.size_for(8, room=100, one_off=True) == 8 and shape.size_for(6, room=7, one_off=True) == 6
     assert shape.changes == 0 and shape.size_for(1, room=100) == 1  # the held size never grew for them
 
 

@@ -89,7 +89,7 @@ class VerifyShape:
             # run at a confidence stop re-captured at every change of length: simulated H100 JSON after a
             # chat, 9, 9, 9, 9, 7, 9, 6, 9 rows, 6 of 13 rounds re-captured
             replayed = self._given[0] if self._given[0] == self._given[1] else 0
-            if needed < replayed and self.verify_s(replayed) - self.verify_s(needed) < self.change_s:
+            if needed < replayed <= room and self.verify_s(replayed) - self.verify_s(needed) < self.change_s:
                 return self._give(replayed)
             return self._give(needed)
         if one_off and needed <= held:
