@@ -4,7 +4,8 @@
 replays the builtin trace (or the kit's agreement pair at ``--alpha``) with auto and plain on the
 same clock draws, prints each answer's auto x plain and drafted/accepted tokens, and for
 ``--answer N`` every round of that answer: what the controller planned (drafter:K, its confidence
-stop, a probe or a round with rows for itself, the verify size held) and what the round did::
+stop, a probe or a round with rows for itself, the verify size held) and what the round did and cost
+(its draft, verify and whole round in milliseconds)::
 
     python scripts/auto_trace.py --profile h100-qwen7b-q4km-steady --seed 0 --answer 5
     python scripts/auto_trace.py --profile cpu-2t-epyc-qwen7b-q4_k_m --alpha 0.9 --seed 3 --answer 1
