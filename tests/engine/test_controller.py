@@ -391,6 +391,27 @@ def test_a_drafter_that_drafts_many_rounds_in_a_row_shares_the_change_of_size_am
     assert c.plan(Mode.LOOKUP, {"lookup": 16}, lookup_match=10, held=1, change_s=0.0037).drafter == "lookup"
 
 
+
+def test_auto_goes_on_with_a_run_that_beats_plain_where_its_margin_would_not_start_one():
+    """auto starts to draft only where it expects min_gain (5%) over plain; a run that has drafted this answer
+    until the backend replays its size goes on while it beats plain at all.  Stopping it at the margin left a
+    draft right 8 tokens in 10 plain for the rest of 42% of its simulated H100 answers, after a stretch of
+    rejections: plain rounds bring no evidence to take the estimate back."""
+    h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 4: 0.0062, 5: 0.0069, 9: 0.0089}
+    c = controller(h100, 0.0012, probe_interval_tokens=10_000)
+    for accepted in [3, 2, 1, 3, 0, 2] * 8:  # 3 tokens in 4: K = 3 at 4 rows about 1.03x plain
+        c.observe(Mode.AUTO, Plan("model", 3), round_stats("model", 3, 3, accepted, verify=0.0062, draft=0.0036))
+    going_on = c.plan(Mode.AUTO, {"model": 8}, held=4, change_s=0.0034)
+    assert (going_on.drafter, going_on.k) == ("model", 3)
+    c.observe(Mode.AUTO, Plan("none", 0), round_stats("none", 0, 0, 0, verify=0.0037))
+    # the same estimate with the run ended does not start one
+    assert c.plan(Mode.AUTO, {"model": 8}, held=4, change_s=0.0034) == Plan("none", 0)
+    # and a run whose estimate falls under plain ends
+    c = controller(h100, 0.0012, probe_interval_tokens=10_000)
+    for accepted in [3, 2, 1, 3, 0, 2] * 8 + [1, 0] * 8:
+        c.observe(Mode.AUTO, Plan("model", 3), round_stats("model", 3, 3, accepted, verify=0.0062, draft=0.0036))
+    assert c.plan(Mode.AUTO, {"model": 8}, held=4, change_s=0.0034) == Plan("none", 0)
+
 # the load-time calibration was taken on a busy machine: every call 3x its steady cost, overhead 5 ms
 BUSY = {1: 0.030, 2: 0.033, 3: 0.036, 5: 0.042, 9: 0.054}
 
