@@ -36,8 +36,8 @@ class RepeatLast:
     def forget(self) -> None:
         pass
 
-    def prefill(self, prompt: list[int]) -> None:
-        pass
+    def prefill(self, prompt: list[int], rows: int = 0) -> tuple[int, ...]:
+        return ()
 
     def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
         self.offers += 1

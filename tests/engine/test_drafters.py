@@ -143,7 +143,7 @@ class ScriptedDraft:
     def trim(self, n: int) -> None:
         del self.tokens[n:]
 
-    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: list[int], *, logits: str | int = "last") -> None:
         self.tokens += tokens
 
     def logits(self, i: int) -> np.ndarray:

@@ -102,6 +102,7 @@ class FakeModel(LoadedModel):
         self.is_draft = draft
         self.n_ctx = spec.n_ctx
         self.n_batch = 512
+        self.n_outputs = 64
         self.n_threads = self.threads_now = spec.threads
         self.thread_calls: list[int] = []  # every set_threads, in order
         self.n_vocab = N_VOCAB
@@ -211,7 +212,7 @@ class FakeModel(LoadedModel):
     def token_text(self, token: int) -> str:
         return next((s for s, t in SPECIALS.items() if t == token), chr(token) if token < 256 else "")
 
-    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: list[int], *, logits: str | int = "last") -> None:
         if not tokens:
             return
         if self._closed:
@@ -232,6 +233,9 @@ class FakeModel(LoadedModel):
             self._rows = []
         elif logits == "last":
             self._rows = [self._row_after(self.tokens)]
+        elif isinstance(logits, int):  # a row for each of the last n tokens
+            self._rows = [self._row_after(self.tokens[: start + i + 1])
+                          for i in range(max(len(tokens) - logits, 0), len(tokens))]
         else:
             self._rows = [self._row_after(self.tokens[: start + i + 1]) for i in range(len(tokens))]
 

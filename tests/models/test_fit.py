@@ -25,11 +25,12 @@ from specchat.models.gguf_header import GGUFError
 MEASURE = r"""
 import json, sys, psutil
 from specchat.engine.runtime import LoadedModel, ModelOptions
+from specchat.models.fit import OUTPUT_ROWS
 proc = psutil.Process()
 before = proc.memory_info().rss
 models = []
 for i, path in enumerate(sys.argv[1:]):
-    m = LoadedModel(path, ModelOptions(n_ctx=4096, n_batch=512, n_ubatch=512), n_outputs=16 if i == 0 else 1)
+    m = LoadedModel(path, ModelOptions(n_ctx=4096, n_batch=512, n_ubatch=512), n_outputs=OUTPUT_ROWS)
     m.decode([198] * 512, logits="last")  # touch every weight and the compute buffers once
     models.append(m)
 print(json.dumps({"growth": proc.memory_info().rss - before}))

@@ -81,6 +81,10 @@ ANSWER_MEMORY = 0.25
 # 22 rounds of K = 1 in a 64-token answer); kept whole, a text the draft got right every time drafted 2
 # rounds an answer for 4 answers before its rounds outweighed the old ones
 COSTLY_MEMORY = 0.5
+# a prompt the draft agrees with the target on this much less often than the last (engine/generate.py:
+# prompt_agreement) is a harder text than the last: what the drafters' acceptance was in earlier answers is
+# forgotten (DraftController.new_prompt)
+PROMPT_SHIFT = 0.2
 # a probe of a drafter with a confidence stop runs only where its expected gain over the rest of the answer
 # repays what it costs when wrong (DraftController._probe_pays): how many of its last probes say how often
 # one is right, and how many answers' lengths say how long the next is (a prior until one has ended)
@@ -457,6 +461,7 @@ class DraftController:
         self._drift: deque[float] = deque(maxlen=settings.window_rounds)  # measured / calibrated verify cost
         self._refused = False  # auto refused the draft model (answer_plan) and has not re-planned it in
         self._checked_drift = 1.0  # the drift the last plan rests on
+        self._agreement: float | None = None  # the last prompt's agreement (new_prompt)
 
     # -- planning ---------------------------------------------------------------
 
@@ -1032,6 +1037,31 @@ class DraftController:
             f"drift alike) its best case is {best:.2f}x plain: it {verdict}",
             brief=f"{RECHECKED}{drift:.2f}x the calibrated costs, draft model best case {best:.2f}x",
         )]
+
+    def new_prompt(self, agreement: float) -> None:
+        """``auto`` measured this answer's prompt: how often the draft's greedy choice was the target's over its
+        last positions (engine/generate.py: prompt_agreement).  Where that fell more than :data:`PROMPT_SHIFT`
+        below the last prompt's, this is a harder text for the draft, and the drafters' acceptance in earlier
+        answers (which :meth:`start_answer` kept at :data:`ANSWER_MEMORY`) is forgotten: it would only be
+        optimistic here.
+
+        That memory is what lets a pair whose draft is right 8 times in 10 draft through a bad start (the
+        same text answer after answer), and what made the first chat after three code edits draft on the
+        edits' acceptance: 5-35 tokens in one-off rounds that each re-captured a CUDA graph (simulated H100,
+        chat 0.975x plain over 18 seeds; with the chat prompt's agreement at 0.43 after the edit's 0.89,
+        forgotten: 0.998x).  Only a fall counts: a text that reads easier gets tried anyway (auto probes a
+        draft model once early in every answer), and forgetting a code answer's acceptance for the next code
+        prompt, which read 0.15 higher, cost that answer 6% on the H100 (a fresh start re-learns its K one
+        re-capture at a time).  The agreement is measured only where auto runs."""
+        last, self._agreement = self._agreement, agreement
+        if last is not None and last - agreement > PROMPT_SHIFT:
+            for w in (*self.windows.values(), *self.lookup_windows.values()):
+                w.clear()
+
+    @property
+    def prompt_agreement(self) -> float | None:
+        """The last prompt's agreement auto measured (:meth:`new_prompt`); None before the first."""
+        return self._agreement
 
     def start_answer(self) -> None:
         """Counters for the fallback-share warning and the rails' cooldowns are per answer; what the

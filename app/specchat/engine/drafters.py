@@ -33,7 +33,7 @@ from .drafting import (
     kinds_by_name,
 )
 from .runtime import LoadedModel
-from .sampling import greedy_choice, greedy_choices
+from .sampling import greedy_choice, greedy_choices, last_choices
 from .settings import ControllerSettings, Drafter
 from .shapes import CATCH_UP_ONE_BY_ONE
 
@@ -57,10 +57,15 @@ class ModelDrafter:
         self.last_decoded = 0  # tokens the draft decoded in the last propose() (catch-up and drafting)
         self.last_spare = 0  # 1 where the last propose() ended with the token its stop declined (Plan.spare_p)
 
-    def prefill(self, context: list[int]) -> None:
-        """Put ``context`` into the draft's KV cache (no logits), reusing what is there."""
-        keep = self.model.keep_prefix(context)
-        self.model.decode(context[keep:], logits="none")
+    def prefill(self, context: list[int], rows: int = 0) -> tuple[int, ...]:
+        """Put ``context`` into the draft's KV cache, reusing what is there; return the draft's greedy choice
+        after each of the last ``rows`` tokens it decoded (at most ``rows``: a position its cache held is
+        not decoded again)."""
+        m = self.model
+        keep = m.keep_prefix(context)
+        rows = min(rows, len(context) - keep, m.n_outputs) if rows > 0 else 0
+        m.decode(context[keep:], logits=rows if rows else "none")
+        return last_choices(m, rows, self.target_n_vocab)
 
     def propose(self, context: list[int], k: int, p_min: float | None = None,
                 spare_p: tuple[float, ...] = ()) -> list[int]:
@@ -305,8 +310,9 @@ class PromptLookupDrafter:
         self._past.clear()
         self.reset()
 
-    def prefill(self, prompt: list[int]) -> None:
+    def prefill(self, prompt: list[int], rows: int = 0) -> tuple[int, ...]:
         self.index(prompt)
+        return ()
 
     def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
         """Its proposal, made now (a few us): its length is the ceiling, its match the evidence."""

@@ -88,8 +88,11 @@ class LiveDrafter(Protocol):
     def forget(self) -> None:
         """Drop what it kept of earlier answers: the next answer drafts as a session's first would."""
 
-    def prefill(self, prompt: list[int]) -> None:
-        """The answer's prompt, while the target decodes it (only if the answer may use it)."""
+    def prefill(self, prompt: list[int], rows: int = 0) -> tuple[int, ...]:
+        """The answer's prompt, while the target decodes it (only if the answer may use it).  With ``rows``:
+        its next-token choice at each of the prompt's last positions, up to ``rows`` of them, where it
+        makes such choices (a draft model; what the prompt's agreement compares with the target's:
+        engine/generate.py), else ()."""
 
     def offer(self, history: list[int], k_cap: int, settings: ControllerSettings) -> Offer:
         """Its offer for a round after ``history`` (every committed token): at most ``k_cap``."""

@@ -34,7 +34,7 @@ from .events import (
 )
 from .round import Draft, Rounds, Verified
 from .runtime import DecodeAborted, LlamaError
-from .sampling import TargetSampler
+from .sampling import TargetSampler, last_choices
 from .settings import Drafter, GrammarError, Mode, SamplingSettings
 from .verify import accepted_count, sample_and_match
 
@@ -59,6 +59,22 @@ class LoopPair(Protocol):
     def fit_threads(self) -> int: ...  # both models on the threads other work leaves free now
 
 _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
+
+# The prompt's agreement: how often the draft's greedy choice is the target's over the prompt's last
+# PROMPT_ROWS positions, which both models decode anyway (the rows of logits are its cost).  auto reads it
+# as whether this prompt is a harder text for the draft than the last (DraftController.new_prompt).  On the
+# builtin prompts with the 1.5B/0.5B test pair it is 0.57-0.89 on code and edits, 0.43-0.58 on chat, JSON,
+# summaries and poems (docs/benchmarks.md); under PROMPT_ROWS_MIN positions it says too little.
+PROMPT_ROWS = 64
+PROMPT_ROWS_MIN = 8
+
+
+def prompt_agreement(target_choices: Sequence[int], draft_choices: Sequence[int]) -> float | None:
+    """The share of the last positions both choices cover where the draft's is the target's (None: too few)."""
+    n = min(len(target_choices), len(draft_choices))
+    if n < PROMPT_ROWS_MIN:
+        return None
+    return sum(a == b for a, b in zip(target_choices[-n:], draft_choices[-n:], strict=True)) / n
 
 
 class TextStream:
@@ -148,6 +164,8 @@ def _answer(pair: LoopPair, prompt: list[int], *, mode: Mode, sampling: Sampling
         live.sampler = TargetSampler(target, sampling, (lambda: cancel.cancelled) if cancel is not None else None)
         live.fit_threads(pair)
         first = live.prefill([pair.drafters[d] for d in drafters])
+        if live.agreement is not None:
+            controller.new_prompt(live.agreement)
         yield Prefilled(len(prompt), live.reused, live.prefill_s)
         t_decode0 = time.perf_counter()
         if target.is_eog(first):
@@ -220,6 +238,7 @@ class PairDecodes:
         self._drafted: list[int] = []  # the draft in flight
         self._t_round = 0.0
         self.threads = (0, 0)  # the fewest decode threads it ran on, of the most the models were loaded with
+        self.agreement: float | None = None  # the prompt's agreement (prompt_agreement), where auto measured it
 
     # -- the answer ------------------------------------------------------------------
 
@@ -233,11 +252,16 @@ class PairDecodes:
             reused -= 1
             target.trim(reused)
         self.reused = reused
-        target.decode(prompt[reused:], logits="last")
+        # auto's prompt agreement: the target's choices at the new prompt's last positions (rows of logits)
+        rows = min(PROMPT_ROWS, len(prompt) - reused, target.n_outputs) if self.mode is Mode.AUTO else 0
+        target.decode(prompt[reused:], logits=rows if rows >= PROMPT_ROWS_MIN else "last")
+        mine = last_choices(target, rows) if rows >= PROMPT_ROWS_MIN else ()
         # host work first (prompt lookup's index: 14 ms at 4k tokens on a CPU), while an asynchronous
         # backend computes the prefill; then what decodes (the draft model's prefill)
         for d in sorted(drafters, key=lambda d: not d.cheap_prefill):
-            d.prefill(prompt)
+            theirs = d.prefill(prompt, len(mine))
+            if theirs:
+                self.agreement = prompt_agreement(mine, theirs)
         first = self.sampler.sample(-1)
         self.prefill_s = time.perf_counter() - t0
         self.history = prompt + [first]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specchat.models.compatibility import check_pair
+from specchat.models.fit import OUTPUT_ROWS
 from specchat.models.gguf_header import GGUFError
 
 from .calibration import calibrate
@@ -92,7 +93,7 @@ class SpeculativePair:
             raise LoadCancelled("loading was cancelled")
         # the longest verify: a draft model's longest draft or prompt lookup's, and the bonus token
         k_max = max(config.controller.k_max, config.controller.lookup_k_max)
-        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, 16),
+        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, OUTPUT_ROWS),
                                   cancelled=cancelled,
                                   progress=report(progress, LoadPhase.TARGET, Path(config.target).name))
         self.draft: LoadedModel | None = None
@@ -104,7 +105,7 @@ class SpeculativePair:
                 dopts = config.draft_options or config.target_options
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
-                self.draft = LoadedModel(config.draft, dopts, n_outputs=1, cancelled=cancelled,
+                self.draft = LoadedModel(config.draft, dopts, n_outputs=OUTPUT_ROWS, cancelled=cancelled,
                                          progress=report(progress, LoadPhase.DRAFT, Path(config.draft).name))
             what = "the draft" if self.draft is not None else Path(config.target).name
             self.fit_threads()

@@ -308,6 +308,8 @@ class LoadedModel:
         self.buffer_types: tuple[str, ...] = _buffers_since(mark)
         self._ctx: llama_cpp.llama_context_p | None = None
         self._batch: llama_cpp.llama_batch | None = None
+        # rows of logits one decode may ask for: past it llama.cpp aborts the process (GGML_ASSERT)
+        self.n_outputs: int = min(n_outputs, options.n_batch) if n_outputs else options.n_batch
         # its decodes replay CUDA graphs: the loop keeps the shapes it feeds it (engine/shapes.py)
         self.shape_sensitive = options.n_gpu_layers != 0 and cuda_graphs()
         try:
@@ -470,11 +472,13 @@ class LoadedModel:
             if flag is not None:
                 flag.disarm()
 
-    def decode(self, tokens: list[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: list[int], *, logits: str | int = "last") -> None:
         """Append ``tokens`` after what is in the KV cache.
 
-        ``logits``: "last" (one row, the last token), "all" (a row per token), "none".
-        Large inputs go in ``n_batch`` chunks; only the final chunk gets logits.
+        ``logits``: "last" (one row, the last token), "all" (a row per token), "none", or a number n: a
+        row for each of the last n tokens (at most ``n_batch``; what the prompt's agreement reads,
+        engine/generate.py).  Large inputs go in ``n_batch`` chunks; only the final chunk gets logits
+        (with n rows, the final chunk starts early enough to hold them).
         On failure the cache is rolled back to where it was and LlamaError is raised.
         """
         if not tokens:
@@ -484,13 +488,22 @@ class LoadedModel:
             raise LlamaError(f"context full: {start} + {len(tokens)} tokens > {self.n_ctx}")
         if logits == "all" and len(tokens) > self.n_batch:
             raise LlamaError(f"cannot take logits for {len(tokens)} tokens at once (n_batch {self.n_batch})")
+        if isinstance(logits, int):
+            rows = min(max(logits, 0), len(tokens))
+        else:
+            rows = len(tokens) if logits == "all" else int(logits == "last")
+        if rows > self.n_outputs:
+            raise LlamaError(f"cannot take logits for {rows} tokens at once (this context holds {self.n_outputs})")
         batch = self._batch
         if batch is None:  # closed (or a failed load): llama.cpp would write through a freed batch
             raise LlamaError(f"{self.path.name}: the model is closed")
+        cut = len(tokens) - rows  # the tokens from here on get a row of logits
+        starts = list(range(0, len(tokens), self.n_batch))
+        if rows > 1 and starts[-1] > cut:  # the final chunk starts early enough to hold every row asked for
+            starts[-1] = cut
         pos = start
-        for i in range(0, len(tokens), self.n_batch):
-            chunk = tokens[i : i + self.n_batch]
-            final = i + len(chunk) == len(tokens)
+        for i, begin in enumerate(starts):
+            chunk = tokens[begin : starts[i + 1] if i + 1 < len(starts) else len(tokens)]
             n = len(chunk)
             for j, tok in enumerate(chunk):
                 batch.token[j] = tok
@@ -498,7 +511,7 @@ class LoadedModel:
                 batch.pos[j] = pos + j  # type: ignore[call-overload]
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
-                batch.logits[j] = final and (logits == "all" or (logits == "last" and j == n - 1))
+                batch.logits[j] = begin + j >= cut
             batch.n_tokens = n
             rc = llama_cpp.llama_decode(self._ctx, batch)
             if rc != 0:

@@ -154,6 +154,13 @@ _NEAR = 15.0
 _FAR_TERM = float(np.exp(-_NEAR))
 
 
+def last_choices(model: LoadedModel, rows: int, n_vocab: int | None = None) -> tuple[int, ...]:
+    """The greedy token of each of the last ``rows`` logits rows of the model's last decode, oldest first
+    (over the first ``n_vocab`` entries where given: a draft's tokens past its target's vocabulary are never
+    the target's)."""
+    return tuple(int(np.argmax(model.logits(i)[:n_vocab])) for i in range(-rows, 0))
+
+
 def greedy_choice(logits: np.ndarray, p_min: float) -> tuple[int, bool]:
     """The draft's argmax, and whether its softmax probability is at least ``p_min``.
 

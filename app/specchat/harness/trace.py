@@ -41,7 +41,9 @@ import numpy as np
 
 from specchat import __version__, files
 from specchat.engine.drafters import PromptLookupDrafter
+from specchat.engine.generate import PROMPT_ROWS, prompt_agreement
 from specchat.engine.runtime import LoadedModel
+from specchat.engine.sampling import last_choices
 from specchat.engine.verify import accepted_count
 from specchat.errors import UserError
 
@@ -76,6 +78,8 @@ class PromptTrace:
     lookup_len: list[int] = field(default_factory=list)
     lookup_match: list[int] = field(default_factory=list)
     lookup_agree: list[int] = field(default_factory=list)  # one per round position, or none (not recorded)
+    # the prompt's agreement auto measures at prefill (engine/generate.py: prompt_agreement); None: not recorded
+    prompt_agreement: float | None = None
 
     @property
     def visible_tokens(self) -> int:
@@ -174,7 +178,9 @@ class _Rollout:
 def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchPrompt, tokens: list[int], *,
                   max_tokens: int, k_max: int, lookup_ngram: int,
                   cancelled: Callable[[], bool] | None = None) -> PromptTrace:
-    """Record one prompt: the target's greedy answer, then what each drafter proposes along it."""
+    """Record one prompt: the prompt's agreement, the target's greedy answer, then what each drafter proposes
+    along it."""
+    agreement = measure_prompt_agreement(target, draft, tokens) if draft is not None else None
     answer, ended = greedy_answer(target, tokens, max_tokens)
     target.clear()
     positions = len(answer) - 1  # a round starts after every committed token but the last
@@ -193,7 +199,22 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
         draft.clear()
     lookup_len, lookup_match, lookup_agree = lookup_columns(tokens, answer, k_max, lookup_ngram)
     return PromptTrace(prompt.id, prompt.task, len(tokens), max_tokens, answer, ended, draft_match, draft_p,
-                       draft_p10, lookup_len, lookup_match, lookup_agree)
+                       draft_p10, lookup_len, lookup_match, lookup_agree, agreement)
+
+
+def measure_prompt_agreement(target: LoadedModel, draft: LoadedModel, tokens: list[int]) -> float | None:
+    """What auto measures at this prompt's prefill (engine/generate.py: prompt_agreement), both caches
+    cleared first, as for a new chat."""
+    rows = min(PROMPT_ROWS, len(tokens), target.n_outputs, draft.n_outputs)
+    target.clear()
+    target.decode(tokens, logits=rows)
+    mine = last_choices(target, rows)
+    target.clear()
+    draft.clear()
+    draft.decode(tokens, logits=rows)
+    theirs = last_choices(draft, rows, target.n_vocab)
+    draft.clear()
+    return prompt_agreement(mine, theirs)
 
 
 def lookup_columns(prompt: list[int], answer: list[int], k_max: int,
@@ -225,6 +246,10 @@ def agreement_trace(alpha: float, *, prompts: int = 8, tokens: int = 256, k_max:
     if not 1 <= k_max <= MAX_K or not 2 <= tokens <= MAX_TOKENS or not 1 <= prompts <= 1000:
         raise TraceError("an agreement trace has 1-1000 prompts of 2-65536 tokens, drafting 1-64")
     rng = np.random.default_rng([seed, round(alpha * 1000)])
+    # the prompt's agreement: its last positions are the same cycle, each one the draft's with chance alpha
+    # (a stream of its own, so the answers' draws stay those of the traces recorded before it)
+    prompt_rng = np.random.default_rng([seed, round(alpha * 1000), 1])
+    rows = min(PROMPT_ROWS, prompt_tokens)
     task = f"a={alpha:.2f}"
     out = []
     for n in range(prompts):
@@ -236,7 +261,8 @@ def agreement_trace(alpha: float, *, prompts: int = 8, tokens: int = 256, k_max:
         draft_match = [int(min(run[i], k_max, tokens - 1 - i)) for i in range(positions)]
         out.append(PromptTrace(f"agree-{n}", task, prompt_tokens, tokens, list(range(tokens)), False,
                                draft_match, [[1000] * k_max for _ in range(positions)],
-                               [[1000] * k_max for _ in range(positions)], [0] * positions, [0] * positions))
+                               [[1000] * k_max for _ in range(positions)], [0] * positions, [0] * positions,
+                               prompt_agreement=float(prompt_rng.binomial(rows, alpha)) / rows))
     return Trace(f"agreement-pair target (bigram cycle), {tokens} tokens", f"agreement-pair draft, alpha {alpha:g}",
                  k_max, 3, out, recorded="synthetic")
 
@@ -308,11 +334,15 @@ def _prompt_from(doc: object, k_max: int, source: str, n: int) -> PromptTrace:
     ended = doc.get("ended")
     if not isinstance(ended, bool):
         raise _fail(source, f"{where}: 'ended' must be true or false")
+    agreement = doc.get("prompt_agreement")
+    if agreement is not None and (isinstance(agreement, bool) or not isinstance(agreement, int | float)
+                                  or not 0.0 <= agreement <= 1.0):
+        raise _fail(source, f"{where}: 'prompt_agreement' must be a share from 0 to 1, or be left out")
     return PromptTrace(str(doc.get("id", f"prompt{n}"))[:200], str(doc.get("task", "custom"))[:60],
                        int(prompt_tokens), int(max_tokens), list(tokens), ended,  # type: ignore[arg-type]
                        list(doc["draft_match"]), [list(r) for r in doc["draft_p"]],
                        [list(r) for r in doc["draft_p10"]], list(doc["lookup_len"]), list(doc["lookup_match"]),
-                       list(agree))
+                       list(agree), None if agreement is None else float(agreement))
 
 
 def load_trace(path: Path) -> Trace:

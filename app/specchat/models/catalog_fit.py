@@ -80,7 +80,7 @@ def catalog_fits(
     for pair in pairs:
         files = pair.files()
         models, problem = [], ""
-        for i, m in enumerate(files):
+        for m in files:
             if cancel is not None and cancel.cancelled:
                 raise DownloadCancelled("fit check cancelled")
             try:
@@ -88,7 +88,7 @@ def catalog_fits(
             except (DownloadError, GGUFError, HubNameError) as exc:
                 problem = str(exc)
                 break
-            models.append(estimate_facts(facts, n_ctx=n_ctx, n_outputs=16 if i == 0 else 1, name=Path(m.file).name))
+            models.append(estimate_facts(facts, n_ctx=n_ctx, name=Path(m.file).name))
         if problem:
             guess = fit_sizes([(m.file, m.size or 0) for m in files], free_vram=free_vram, free_ram=free_ram,
                               n_ctx=n_ctx)

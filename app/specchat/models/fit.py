@@ -34,6 +34,10 @@ from .drafter_heads import GEMMA4_ASSISTANT_ARCH, drafter_kind
 from .gguf_header import GGUFError, GGUFHeader, validate_file
 
 GIB = 1024**3
+# rows of logits a loaded model's context holds (llama.cpp's n_outputs_max), each n_vocab floats: the target's
+# longest verify needs k_max + 1, and auto compares both models' choices over the prompt's last 64 positions
+# (engine/generate.py: PROMPT_ROWS).  llama.cpp's default, n_batch rows, reserved 300 MB for a 152k vocabulary
+OUTPUT_ROWS = 64
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
 # bounds on the hyper-parameters the estimate multiplies: far above any real model (the
@@ -133,7 +137,7 @@ def model_facts(header: GGUFHeader) -> ModelFacts:
                       header.tensor_data_bytes, per_layer, repack)
 
 
-def estimate_facts(facts: ModelFacts, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
+def estimate_facts(facts: ModelFacts, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = OUTPUT_ROWS,
                    flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
     """The memory of one model at ``n_ctx`` tokens, from its facts; FitError for ``n_ctx`` outside 1..2^24."""
     if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= MAX_CTX:
@@ -148,7 +152,7 @@ def estimate_facts(facts: ModelFacts, *, n_ctx: int, n_ubatch: int = 512, n_outp
     return ModelMemory(name or f.name, f.weights, f.per_layer, f.n_layers, kv, compute, f.repack)
 
 
-def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = 16,
+def estimate_model(header: GGUFHeader, *, n_ctx: int, n_ubatch: int = 512, n_outputs: int = OUTPUT_ROWS,
                    flash_attn: bool = True, kv_bytes_per_value: float = 2.0, name: str = "") -> ModelMemory:
     """The memory of one model at ``n_ctx`` tokens.  GGUFError (naming the file and the key) for a
     hyper-parameter of the wrong type or out of range; FitError for ``n_ctx`` outside 1..2^24."""
@@ -307,12 +311,8 @@ def join_split(headers: list[GGUFHeader]) -> GGUFHeader:
 
 def estimate_files(paths: list[Path], *, n_ctx: int, flash_attn: bool = True) -> list[ModelMemory]:
     """The memory of local model files, target first; a split model is counted with all its parts."""
-    out = []
-    for i, p in enumerate(paths):
-        h = join_split(read_split(p))
-        out.append(estimate_model(h, n_ctx=n_ctx, flash_attn=flash_attn, n_outputs=16 if i == 0 else 1,
-                                  name=Path(p).name))
-    return out
+    return [estimate_model(join_split(read_split(p)), n_ctx=n_ctx, flash_attn=flash_attn, name=Path(p).name)
+            for p in paths]
 
 
 # Size-only estimate (a catalog file not downloaded yet): weights = the file size; the other

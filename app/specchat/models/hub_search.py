@@ -424,8 +424,7 @@ def pair_fit(target: GGUFEntry, draft: GGUFEntry | None, *, free_vram: int | Non
     """:func:`fit_pair` for a target and maybe a draft on the hub, header-only."""
     models = [estimate_facts(entry_facts(target, token=token).facts, n_ctx=n_ctx, name=_short(target))]
     if draft is not None:
-        models.append(estimate_facts(entry_facts(draft, token=token).facts, n_ctx=n_ctx, n_outputs=1,
-                                     name=_short(draft)))
+        models.append(estimate_facts(entry_facts(draft, token=token).facts, n_ctx=n_ctx, name=_short(draft)))
     return fit_pair(models, free_vram=free_vram, free_ram=free_ram)
 
 
