@@ -139,14 +139,16 @@ def test_auto_that_refuses_the_draft_model_says_why_in_a_few_words_for_the_stats
 
 
 def test_auto_measures_how_often_the_draft_agrees_with_the_target_over_the_prompt():
-    """At prefill auto compares both models' greedy choices at the prompt's last positions (at most 64, the
-    rows of logits both contexts hold) and tells the controller (DraftController.new_prompt); no other mode
-    pays for the rows.  The fake's models agree on every prompt position and the draft misses the answer's
-    first token (miss_every=1): the last row is that token."""
-    drafting = make(FakeSpec(miss_every=1))
-    run(drafting, Mode.DRAFT, max_tokens=4)
-    assert drafting.controller.prompt_agreement is None
-    pair = make(FakeSpec(miss_every=1))
+    """Where decodes replay CUDA graphs, auto compares both models' greedy choices at the prompt's last
+    positions at prefill (at most 64, the rows of logits both contexts hold) and tells the controller
+    (DraftController.new_prompt); no other mode, and no other backend, pays for the rows.  The fake's models
+    agree on every prompt position and the draft misses the answer's first token (miss_every=1): the last
+    row is that token."""
+    for mode, shaped in ((Mode.DRAFT, True), (Mode.AUTO, False)):
+        other = make(FakeSpec(miss_every=1, shape_sensitive=shaped))
+        run(other, mode, max_tokens=4)
+        assert other.controller.prompt_agreement is None
+    pair = make(FakeSpec(miss_every=1, shape_sensitive=True))
     run(pair, Mode.AUTO, max_tokens=4)
     rows = min(64, len(pair.chat_prompt(MSGS).tokens))
     assert pair.controller.prompt_agreement == pytest.approx((rows - 1) / rows)

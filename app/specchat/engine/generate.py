@@ -64,7 +64,10 @@ _DRAFT, _TARGET = TokenOrigin.DRAFT, TokenOrigin.TARGET
 # PROMPT_ROWS positions, which both models decode anyway (the rows of logits are its cost).  auto reads it
 # as whether this prompt is a harder text for the draft than the last (DraftController.new_prompt).  On the
 # builtin prompts with the 1.5B/0.5B test pair it is 0.57-0.89 on code and edits, 0.43-0.58 on chat, JSON,
-# summaries and poems (docs/benchmarks.md); under PROMPT_ROWS_MIN positions it says too little.
+# summaries and poems (docs/benchmarks.md); under PROMPT_ROWS_MIN positions it says too little.  It is
+# measured where decodes replay CUDA graphs: there a round drafted on a stale estimate costs a re-capture,
+# and a GPU computes the rows in a fraction of a prefill.  On a 2-core CPU they cost 0.10-0.15 s a prompt
+# (scripts/measure_prompt_rows.py) and the simulated CPU profiles gain nothing from them.
 PROMPT_ROWS = 64
 PROMPT_ROWS_MIN = 8
 
@@ -252,8 +255,10 @@ class PairDecodes:
             reused -= 1
             target.trim(reused)
         self.reused = reused
-        # auto's prompt agreement: the target's choices at the new prompt's last positions (rows of logits)
-        rows = min(PROMPT_ROWS, len(prompt) - reused, target.n_outputs) if self.mode is Mode.AUTO else 0
+        # auto's prompt agreement: the target's choices at the new prompt's last positions (rows of logits),
+        # where decodes replay CUDA graphs (PROMPT_ROWS)
+        measure = self.mode is Mode.AUTO and target.shape_sensitive
+        rows = min(PROMPT_ROWS, len(prompt) - reused, target.n_outputs) if measure else 0
         target.decode(prompt[reused:], logits=rows if rows >= PROMPT_ROWS_MIN else "last")
         mine = last_choices(target, rows) if rows >= PROMPT_ROWS_MIN else ()
         # host work first (prompt lookup's index: 14 ms at 4k tokens on a CPU), while an asynchronous

@@ -26,7 +26,7 @@ from .drafters import ModelDrafter, build_drafters
 from .events import Event
 from .generate import generate
 from .progress import LoadPhase, ProgressSink, report
-from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions, default_threads
+from .runtime import LlamaError, LoadCancelled, LoadedModel, ModelOptions, default_threads, replays_shapes
 from .settings import ControllerSettings, Drafter, Mode, SamplingSettings
 from .threads import ThreadFit
 
@@ -93,7 +93,10 @@ class SpeculativePair:
             raise LoadCancelled("loading was cancelled")
         # the longest verify: a draft model's longest draft or prompt lookup's, and the bonus token
         k_max = max(config.controller.k_max, config.controller.lookup_k_max)
-        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, OUTPUT_ROWS),
+        # where decodes replay CUDA graphs, auto compares both models' choices over the prompt's last positions
+        # (engine/generate.py: prompt_agreement): both contexts hold the rows of logits that takes
+        rows = OUTPUT_ROWS if replays_shapes(config.target_options) else 16
+        self.target = LoadedModel(config.target, config.target_options, n_outputs=max(k_max + 1, rows),
                                   cancelled=cancelled,
                                   progress=report(progress, LoadPhase.TARGET, Path(config.target).name))
         self.draft: LoadedModel | None = None
@@ -105,7 +108,8 @@ class SpeculativePair:
                 dopts = config.draft_options or config.target_options
                 # same context size as the target: the draft mirrors the target's tokens
                 dopts = replace(dopts, n_ctx=self.target.n_ctx, n_batch=max(dopts.n_batch, self.target.n_batch))
-                self.draft = LoadedModel(config.draft, dopts, n_outputs=OUTPUT_ROWS, cancelled=cancelled,
+                self.draft = LoadedModel(config.draft, dopts, n_outputs=rows if self.target.shape_sensitive else 1,
+                                         cancelled=cancelled,
                                          progress=report(progress, LoadPhase.DRAFT, Path(config.draft).name))
             what = "the draft" if self.draft is not None else Path(config.target).name
             self.fit_threads()

@@ -174,6 +174,12 @@ def last_log_error() -> str:
 _cuda_graphs: bool | None = None
 
 
+def replays_shapes(options: ModelOptions) -> bool:
+    """Whether a model loaded with ``options`` decodes through CUDA graphs: its decodes' cost depends on
+    their batch shape staying the same (engine/shapes.py)."""
+    return options.n_gpu_layers != 0 and cuda_graphs()
+
+
 def cuda_graphs() -> bool:
     """Whether llama.cpp runs offloaded decodes through CUDA graphs here (a CUDA build, graphs not
     disabled by ``GGML_CUDA_DISABLE_GRAPHS``): then a decode's cost depends on its batch shape
@@ -311,7 +317,7 @@ class LoadedModel:
         # rows of logits one decode may ask for: past it llama.cpp aborts the process (GGML_ASSERT)
         self.n_outputs: int = min(n_outputs, options.n_batch) if n_outputs else options.n_batch
         # its decodes replay CUDA graphs: the loop keeps the shapes it feeds it (engine/shapes.py)
-        self.shape_sensitive = options.n_gpu_layers != 0 and cuda_graphs()
+        self.shape_sensitive = replays_shapes(options)
         try:
             self._init_context(options, n_outputs)
         except BaseException:

@@ -431,9 +431,10 @@ def answer(controller: DraftController, policy: Policy, pt: PromptTrace, clock: 
     the engine would report them (and each round's stats to ``on_round``)."""
     plan = controller.answer_plan(policy.mode, has_model=bool(pt.draft_match))
     controller.start_answer()
-    # auto measures the prompt's agreement at prefill where its draft model may run (engine/generate.py)
-    if policy.mode is Mode.AUTO and pt.prompt_agreement is not None and any(KINDS[d].needs_model
-                                                                             for d in plan.drafters):
+    # auto measures the prompt's agreement at prefill where its draft model may run and decodes replay CUDA
+    # graphs (engine/generate.py)
+    if (policy.mode is Mode.AUTO and clock.profile.recapture_s and pt.prompt_agreement is not None
+            and any(KINDS[d].needs_model for d in plan.drafters)):
         controller.new_prompt(pt.prompt_agreement)
     if pt.ended and len(pt.tokens) == 1:
         return Counts.of_answer(0, 0.0, prompt_tokens=pt.prompt_tokens)

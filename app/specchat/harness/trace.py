@@ -203,18 +203,28 @@ def record_prompt(target: LoadedModel, draft: LoadedModel | None, prompt: BenchP
 
 
 def measure_prompt_agreement(target: LoadedModel, draft: LoadedModel, tokens: list[int]) -> float | None:
-    """What auto measures at this prompt's prefill (engine/generate.py: prompt_agreement), both caches
-    cleared first, as for a new chat."""
-    rows = min(PROMPT_ROWS, len(tokens), target.n_outputs, draft.n_outputs)
-    target.clear()
-    target.decode(tokens, logits=rows)
-    mine = last_choices(target, rows)
-    target.clear()
-    draft.clear()
-    draft.decode(tokens, logits=rows)
-    theirs = last_choices(draft, rows, target.n_vocab)
-    draft.clear()
+    """What auto measures at this prompt's prefill where decodes replay CUDA graphs (engine/generate.py:
+    prompt_agreement), both caches cleared first, as for a new chat.  Recorded on any backend: a context
+    that holds fewer rows of logits takes the prompt's last positions in several decodes."""
+    rows = min(PROMPT_ROWS, len(tokens))
+    mine = _choices_over(target, tokens, rows)
+    theirs = _choices_over(draft, tokens, rows, target.n_vocab)
     return prompt_agreement(mine, theirs)
+
+
+def _choices_over(model: LoadedModel, tokens: list[int], rows: int, n_vocab: int | None = None) -> tuple[int, ...]:
+    """The model's greedy choice after each of the last ``rows`` tokens, decoded from an empty cache in as many
+    decodes as its rows of logits need (the cache is cleared after)."""
+    model.clear()
+    model.decode(tokens[: len(tokens) - rows], logits="none")
+    out: list[int] = []
+    step = max(model.n_outputs, 1)
+    for at in range(len(tokens) - rows, len(tokens), step):
+        chunk = tokens[at : at + step]
+        model.decode(chunk, logits=len(chunk))
+        out += last_choices(model, len(chunk), n_vocab)
+    model.clear()
+    return tuple(out)
 
 
 def lookup_columns(prompt: list[int], answer: list[int], k_max: int,
