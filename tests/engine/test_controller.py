@@ -828,15 +828,15 @@ def test_a_declined_token_is_sent_where_its_verify_row_is_worth_the_drafts_confi
 
 
 def test_a_prompt_the_draft_agrees_on_much_less_forgets_the_acceptance_of_the_answers_before():
-    """A chat after code edits: the draft model agreed with the target on 0.89 of the edit prompt's last
-    positions and 0.43 of the chat's.  What the edits' rounds said (right 9 tokens in 10) would only be
+    """A chat after code edits: the draft model agreed with the target on 0.88 of the edit prompt's last
+    positions and 0.44 of the chat's.  What the edits' rounds said (right 9 tokens in 10) would only be
     optimistic on the chat, so auto plans it from nothing; a prompt that reads alike, or easier, keeps them."""
     h100 = {1: 0.0037, 2: 0.0049, 3: 0.0056, 4: 0.0062, 5: 0.0069, 9: 0.0089}
 
     def after_edits(*agreements: float) -> DraftController:
         c = controller(h100, 0.0012, probe_interval_tokens=10_000)
         c.start_answer()
-        c.new_prompt(0.89)
+        c.new_prompt(0.88)
         for accepted in [4, 4, 3, 4, 4, 2, 4, 4] * 4:
             c.observe(Mode.AUTO, Plan("model", 4), round_stats("model", 4, 4, accepted, verify=0.0069, draft=0.0048))
         for a in agreements:
@@ -848,8 +848,8 @@ def test_a_prompt_the_draft_agrees_on_much_less_forgets_the_acceptance_of_the_an
     kept = after_edits(0.80)
     assert kept.prompt_agreement == 0.80 and kept.windows[model].per_token_rate() > 0.85
     assert after_edits(0.95).windows[model].per_token_rate() > 0.85  # an easier text keeps them too
-    chat = after_edits(0.43)
-    assert chat.prompt_agreement == 0.43 and chat.windows[model].per_token_rate() == 0.5  # the prior alone
+    chat = after_edits(0.44)
+    assert chat.prompt_agreement == 0.44 and chat.windows[model].per_token_rate() == 0.5  # the prior alone
     plan = kept.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0034)
     assert (plan.drafter, plan.probe) == ("model", False) and plan.k >= 3  # the edits' K, on their evidence
     assert chat.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0034).k < plan.k

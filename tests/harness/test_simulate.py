@@ -428,8 +428,8 @@ def test_the_token_the_drafts_stop_declined_rides_where_its_row_is_worth_it(prof
 def test_auto_does_not_draft_a_chat_on_the_acceptance_of_the_code_edits_before_it():
     """The builtin trace's first chat comes after three code edits the draft got right 8-9 tokens in 10.  auto
     carried that acceptance into the chat and drafted 5-35 tokens in one-off rounds, each a CUDA graph
-    re-capture on the H100 (0.975x plain over 18 seeds).  The chat prompt's agreement (0.43, after the
-    edit's 0.89: both recorded in the trace) says it is a harder text, and the edits' acceptance is forgotten
+    re-capture on the H100 (0.975x plain over 18 seeds).  The chat prompt's agreement (0.44, after the
+    edit's 0.88: both recorded in the trace) says it is a harder text, and the edits' acceptance is forgotten
     (DraftController.new_prompt)."""
     trace = load_trace(Path(__file__).resolve().parents[2] / "docs" / "traces" / "qwen2.5-coder-1.5b+0.5b.builtin.json")
     chats = [pt.prompt_agreement for pt in trace.prompts if pt.task == "chat"]

@@ -1048,7 +1048,7 @@ class DraftController:
         That memory is what lets a pair whose draft is right 8 times in 10 draft through a bad start (the
         same text answer after answer), and what made the first chat after three code edits draft on the
         edits' acceptance: 5-35 tokens in one-off rounds that each re-captured a CUDA graph (simulated H100,
-        chat 0.975x plain over 18 seeds; with the chat prompt's agreement at 0.43 after the edit's 0.89,
+        chat 0.975x plain over 18 seeds; with the chat prompt's agreement at 0.44 after the edit's 0.88,
         forgotten: 0.998x).  Only a fall counts: a text that reads easier gets tried anyway (auto probes a
         draft model once early in every answer), and forgetting a code answer's acceptance for the next code
         prompt, which read 0.15 higher, cost that answer 6% on the H100 (a fresh start re-learns its K one
