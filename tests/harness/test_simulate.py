@@ -46,6 +46,7 @@ from specchat.harness.trace import (
     agreement_trace,
     load_trace,
     lookup_columns,
+    measure_prompt_agreement,
     record_prompt,
 )
 
@@ -133,6 +134,20 @@ def test_a_trace_records_what_the_draft_gets_right():
     assert len(pt.draft_match) == len(pt.lookup_len) == len(pt.tokens) - 1
     # what auto measures at the prompt's prefill: the draft agrees on the prompt and misses no first token
     assert pt.prompt_agreement == 1.0
+
+
+def test_a_trace_records_the_prompts_agreement_on_a_context_that_holds_one_row_of_logits():
+    """A CPU pair's draft context holds one row of logits (the loop measures the agreement only where
+    decodes replay CUDA graphs); the recording takes the prompt's last positions in as many decodes as that
+    needs, and reads what one batch of them would."""
+    pair = fake_pair(PairConfig(Path("t.gguf"), Path("d.gguf")), FakeSpec(answer_tokens=8, miss_every=1))
+    prompt = pair.chat_prompt(list(MSGS)).tokens
+    rows = min(64, len(prompt))
+    assert measure_prompt_agreement(pair.target, pair.draft, prompt) == pytest.approx((rows - 1) / rows)
+    pair.draft.n_outputs = 1
+    decodes = pair.draft.decode_calls
+    assert measure_prompt_agreement(pair.target, pair.draft, prompt) == pytest.approx((rows - 1) / rows)
+    assert pair.draft.decode_calls - decodes == rows  # a prompt under 64 tokens: all of it, a row at a time
 
 
 def test_a_traces_prompt_agreement_is_read_back_and_a_bad_one_is_one_line(tmp_path):
