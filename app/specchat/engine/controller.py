@@ -1052,7 +1052,8 @@ class DraftController:
         forgotten: 0.998x).  Only a fall counts: a text that reads easier gets tried anyway (auto probes a
         draft model once early in every answer), and forgetting a code answer's acceptance for the next code
         prompt, which read 0.15 higher, cost that answer 6% on the H100 (a fresh start re-learns its K one
-        re-capture at a time).  The agreement is measured only where auto runs."""
+        re-capture at a time).  The agreement is measured only where auto runs and decodes replay CUDA graphs
+        (engine/generate.py: PROMPT_ROWS)."""
         last, self._agreement = self._agreement, agreement
         if last is not None and last - agreement > PROMPT_SHIFT:
             for w in (*self.windows.values(), *self.lookup_windows.values()):

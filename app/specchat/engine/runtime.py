@@ -482,8 +482,8 @@ class LoadedModel:
         """Append ``tokens`` after what is in the KV cache.
 
         ``logits``: "last" (one row, the last token), "all" (a row per token), "none", or a number n: a
-        row for each of the last n tokens (at most ``n_batch``; what the prompt's agreement reads,
-        engine/generate.py).  Large inputs go in ``n_batch`` chunks; only the final chunk gets logits
+        row for each of the last n tokens (what the prompt's agreement reads, engine/generate.py).  At
+        most ``n_outputs`` rows: the context holds no more, and asking llama.cpp for more aborts the process.  Large inputs go in ``n_batch`` chunks; only the final chunk gets logits
         (with n rows, the final chunk starts early enough to hold them).
         On failure the cache is rolled back to where it was and LlamaError is raised.
         """
