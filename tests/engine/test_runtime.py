@@ -44,28 +44,38 @@ def test_a_decode_on_fewer_threads_computes_the_very_same_logits(qwen_draft):
 
 def test_rows_of_logits_for_the_prompts_last_tokens_and_a_clear_error_past_what_the_context_holds(smollm):
     """auto reads both models' choices at the prompt's last positions (engine/generate.py: prompt_agreement).
-    The rows are the ones a decode of everything would give, in chunks or not, and asking for more rows
-    than the context reserved is a LlamaError: llama.cpp itself would abort the whole app (GGML_ASSERT)."""
+    The rows are the positions a decode of everything would give, in chunks or not, and asking for more rows
+    than the context reserved is a LlamaError: llama.cpp itself would abort the whole app (GGML_ASSERT).
+
+    Rows computed in batches of another shape may differ by float noise (another kernel on another CPU);
+    a row of the wrong position differs by several units (about 10 on this prompt)."""
     import numpy as np
 
     from specchat.engine.runtime import LlamaError
 
+    def same(row: np.ndarray, ref: np.ndarray) -> bool:
+        return float(np.abs(row - ref).max()) < 0.5
+
     with LoadedModel(smollm, ModelOptions(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2), n_outputs=8) as model:
         prompt = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n" * 3, add_special=True)
-        assert len(prompt) > 40  # more than one n_batch chunk
+        assert len(prompt) > 37
+        prompt = prompt[:37]  # chunks of 32 and 5 tokens: the 5 alone cannot hold eight rows
         model.decode(prompt[:16], logits="none")
         model.decode(prompt[16:24], logits="all")
         whole = [model.logits(i).copy() for i in range(-8, 0)]
         model.clear()
         model.decode(prompt[:24], logits=8)  # one chunk
-        assert all(np.allclose(model.logits(i - 8), row, atol=1e-3) for i, row in enumerate(whole))
+        assert all(same(model.logits(i - 8), row) for i, row in enumerate(whole))
+        assert not same(model.logits(-1), whole[-2])  # (a neighbour's row is told apart)
         model.clear()
         model.decode(prompt, logits=8)  # the final chunk starts early enough to hold all eight rows
-        tail = [int(np.argmax(model.logits(i))) for i in range(-8, 0)]
+        tail = [model.logits(i).copy() for i in range(-8, 0)]
         model.clear()
-        for n in range(len(prompt) - 8, len(prompt)):  # one token at a time, as plain decoding goes
-            model.decode(prompt[: n + 1] if n == len(prompt) - 8 else [prompt[n]], logits="last")
-            assert int(np.argmax(model.logits(-1))) == tail[n - (len(prompt) - 8)]
+        model.decode(prompt[: len(prompt) - 7], logits="last")
+        for n in range(len(prompt) - 7, len(prompt) + 1):  # then one token at a time, as plain decoding goes
+            assert same(model.logits(-1), tail[n - (len(prompt) - 7)])
+            if n < len(prompt):
+                model.decode([prompt[n]], logits="last")
         model.clear()
         with pytest.raises(LlamaError, match="at once"):
             model.decode(prompt[:20], logits=9)
