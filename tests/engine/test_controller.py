@@ -853,3 +853,37 @@ def test_a_prompt_the_draft_agrees_on_much_less_forgets_the_acceptance_of_the_an
     plan = kept.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0034)
     assert (plan.drafter, plan.probe) == ("model", False) and plan.k >= 3  # the edits' K, on their evidence
     assert chat.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0034).k < plan.k
+
+
+def test_an_answer_whose_rounds_are_all_accepted_drafts_as_far_as_they_say_not_as_the_chat_before_it_did():
+    """A JSON answer after a chat the draft got right one token in four: its rounds are accepted whole, and how
+    far auto drafts follows them, not the chat's memory (an RTX 3090-like curve: a longer draft costs little).
+    Where a change of K re-captures a CUDA graph, K still follows the memory-weighted estimate."""
+    rtx = {1: 0.0064, 2: 0.0068, 3: 0.0071, 5: 0.0078, 9: 0.0093}
+
+    def json_after_chat(rounds: int, change_s: float = 0.0) -> list[int]:
+        c = controller(rtx, 0.0014)
+        c.start_answer()
+        for accepted in [1, 0, 0, 2, 0, 1, 0, 0] * 4:  # the chat: K = 2, a quarter of its tokens right
+            c.observe(Mode.AUTO, Plan("model", 2), round_stats("model", 2, 2, accepted, verify=0.0071, draft=0.0028))
+        c.start_answer()
+        ks, held = [], 1
+        for _ in range(rounds):
+            plan = c.plan(Mode.AUTO, {"model": 8}, held=held, change_s=change_s)
+            ks.append(plan.k)
+            c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, plan.k, verify=c.costs.verify(plan.k + 1),
+                                                   draft=0.0014 * plan.k))
+            held = held if plan.one_off or not change_s else plan.k + 1
+        return ks
+
+    ks = json_after_chat(6)
+    assert ks[0] == 1 and ks[2:] == sorted(ks[2:]) and ks[2] >= 4 and ks[-1] >= 7  # on the chat's memory: 1, 1, 2, 3
+    shaped = json_after_chat(6, change_s=0.0037)
+    assert shaped[:4] == [1, 1, 1, 1] and max(shaped) <= 3  # a K planned on a few rounds would move the held size
+    w = controller(rtx, 0.0014).windows[Drafter.MODEL]
+    w.add(Counts.of_round(2, 2, 0))
+    w.age(0.25, 16)
+    w.add(Counts.of_round(3, 3, 3))
+    assert w.per_token_rate(here=True) == 0.8 and w.per_token_rate() < 0.8  # (3 + 1) / (3 + 2): the new round alone
+    w.clear()
+    assert w.per_token_rate(here=True) == 0.5
