@@ -887,3 +887,32 @@ def test_an_answer_whose_rounds_are_all_accepted_drafts_as_far_as_they_say_not_a
     assert w.per_token_rate(here=True) == 0.8 and w.per_token_rate() < 0.8  # (3 + 1) / (3 + 2): the new round alone
     w.clear()
     assert w.per_token_rate(here=True) == 0.5
+
+
+def test_a_probe_that_was_right_starts_a_run_where_a_longer_draft_would_pay_and_the_estimates_k_beats_plain():
+    """The 7B-shape pair on two cores, calibrated a 2-token verify 6% dear: after an answer's probe was right,
+    K = 1 (what the estimate says) pays 1.03x plain at the optimistic estimate and K = 4 1.09x.  The run
+    starts, at K = 1, and grows as its rounds are accepted; plain for the rest of the answer was where this
+    profile lost, alpha 0.8, in 31% of its answers.  Where a change of K re-captures a CUDA graph, the try
+    is weighed at the K it drafts, and this one does not start."""
+    cpu = {1: 0.1594, 2: 0.2552, 3: 0.354, 5: 0.4978, 9: 0.9082}
+
+    def after_a_right_probe(**shapes) -> list[int]:
+        c = controller(cpu, 0.0191)
+        c.start_answer()
+        c.observe(Mode.AUTO, Plan("model", 1), round_stats("model", 1, 1, 0, verify=0.2552, draft=0.0191))
+        c.start_answer()
+        probe = Plan("model", 1, probe=True, one_off=True, p_min=0.9)
+        c.observe(Mode.AUTO, probe, round_stats("model", 1, 1, 1, verify=0.2552, draft=0.0191))
+        ks = []
+        for _ in range(4):
+            plan = c.plan(Mode.AUTO, {"model": 8}, **shapes)
+            assert not plan.probe  # this answer's probe was made
+            ks.append(plan.k)
+            c.observe(Mode.AUTO, plan, round_stats(plan.drafter, plan.k, plan.k, plan.k, verify=c.costs.verify(plan.k + 1),
+                                                   draft=0.0191 * plan.k))
+        return ks
+
+    ks = after_a_right_probe()
+    assert ks[0] == 1 and ks == sorted(ks) and ks[-1] >= 2
+    assert after_a_right_probe(held=1, change_s=0.01) == [0, 0, 0, 0]

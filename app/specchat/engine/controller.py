@@ -376,6 +376,10 @@ class AcceptanceWindow:
             rej += w * ((c.rounds if declines else c.rounds_with_draft) - c.rounds_fully_accepted)
         return acc, rej
 
+    def accepted_here(self) -> bool:
+        """Whether a token this answer drafted was accepted."""
+        return any(c.accepted for c in list(self.rounds)[len(self.rounds) - self.here:])
+
     def per_token_rate(self, prior: float = 0.5, weight: float = 2.0, *, declines: bool = False,
                        here: bool = False) -> float:
         """Estimate of the chance that the next drafted token is accepted (``here``: from this answer's
@@ -595,7 +599,7 @@ class DraftController:
         gain = s.min_gain if mode is Mode.AUTO else min(s.min_gain, 1.0)  # 0: lookup drafts every proposal
         best = Plan(Drafter.NONE, 0)
         plain = self.costs.rate(Drafter.NONE, 0, 0.0)
-        best_rate = plain * gain
+        best_rate = best_score = plain * gain
         probe: Plan | None = None
         for key, ceiling in available.items():
             name = Drafter(key)
@@ -624,6 +628,15 @@ class DraftController:
             # acceptance too: prompt lookup, planned on its estimate alone, drafts no size on a guess
             opt = mode is Mode.AUTO and z > 0
             k, rate = self._best_k(name, a, k_lo, k_hi, held, change_s, stop, optimistic=opt)
+            # what the race reads: whether a run starts.  Where a change of K costs nothing and this answer's
+            # rounds have had a token accepted, that is the best K at the optimistic estimate, while the K the
+            # run drafts beats plain there.  Weighed at the K it drafts, a right probe on the 7B-shape CPU
+            # profile was left there for the rest of its answer, as K = 1 (the estimate's) paid 1.03x at the
+            # optimism where K = 4 paid 1.09x (36 seeds: code 0.974x -> 0.993x the best fixed K, alpha 0.9
+            # 0.965x -> 0.972x).  Without a right token here, the best K's promise is only an earlier answer's
+            # memory fading: a draft that was always wrong was tried again every third answer.  Where a change
+            # re-captures, the try is weighed at the K it drafts (simulated H100 json 0.974x -> 0.965x otherwise)
+            score = rate
             if mode is Mode.AUTO:
                 # optimism decides whether to try a drafter, the estimate how far: a K planned on the
                 # optimistic rate made each try of a drafter auto knew little of a long, dear one (and,
@@ -639,18 +652,20 @@ class DraftController:
                 k_mean, _ = self._best_k(name, a_mean, k_lo, k_hi, held, change_s, stop_mean, optimistic=opt)
                 if k_mean < k:
                     k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s, stop, optimistic=opt)[1]
+                    if change_s or rate <= plain or not window.accepted_here():
+                        score = rate
             # auto's margin (min_gain) is for starting a run.  A run that has drafted in this answer until the
             # backend replays its size goes on while its planned rate beats plain at all: stopping it left a
             # drafter that pays 1.10x plain (simulated H100, agreement pair at 0.8) plain for the rest of 42%
             # of its answers, after a stretch of rejections took the estimate under the margin, as plain
             # rounds bring no evidence to take it back (auto 0.93x the best fixed K; going on: 0.955x)
             going_on = mode is Mode.AUTO and self._run_here[name] > CALLS_PER_CHANGE and rate > plain
-            if rate > best_rate or (going_on and best.drafter is Drafter.NONE):
-                best, best_rate = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop else None,
-                                       match=match if kind.match_classes else 0), rate
+            if score > best_score or (going_on and best.drafter is Drafter.NONE):
+                best, best_rate, best_score = Plan(name, k, p_min=self.draft_p_min(k) if kind.confidence_stop
+                                                   else None, match=match if kind.match_classes else 0), rate, score
             elif (not (mode is Mode.AUTO and kind.match_classes)  # auto learns lookup for free: no probe
                   and (self._since_probe[name] >= self._probe_interval(name) or name in self._untried)
-                  and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_rate
+                  and self._best_k(name, 1.0, 1, k_hi, held, change_s)[1] > best_score
                   and (not kind.confidence_stop or self._probe_pays(name, k_hi, held, change_s))):
                 # a probe only where this proposal could pay if it were right (a change of verify
                 # size included): a probe that cannot pay even then teaches nothing worth its cost
