@@ -644,7 +644,7 @@ class DraftController:
                 a_mean = window.per_token_rate(declines=bool(change_s))
                 if not change_s:
                     # how far follows this answer's own rounds where they say its text is easier than the
-                    # answers before did: a JSON answer after a chat drafted K = 2, 3, 3, 4 on the chat's
+                    # answers before did: a JSON answer after a chat drafted K = 2, 3, 3, 3, 3, 4 on the chat's
                     # memory while its rounds were all accepted (simulated RTX 3090 8B, json 0.96x the best
                     # fixed K; 0.995x).  Not where a change of K re-captures: a K planned on a few lucky
                     # rounds moved the held size (simulated H100, alpha 0.8: 0.955x -> 0.947x)
