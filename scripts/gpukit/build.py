@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from .common import (
     SDIST_NAME,
     build_dir,
     folder_size,
+    use_site,
     write_json,
 )
 from .pack import PREBUILT, pack_prebuilt, unpack_prebuilt
@@ -232,6 +234,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     set_build_status(args.site, state="running", pid=os.getpid(), started=t0, error="")
     try:
         install_wheels(args.kit, args.site)
+        # a fresh site (every call on a GPU machine) was not there when main put it on sys.path: what follows
+        # imports the carried wheels (platformdirs, as the CUDA runtime is looked for), which the GPU image's
+        # python does not have
+        use_site(args.site)
+        importlib.invalidate_caches()
         if (args.kit / PREBUILT).is_file() and not args.cpu and not args.cuda_from_index:
             print(f"unpacking {PREBUILT} (built on the CPU machine) instead of compiling", flush=True)
             unpack_prebuilt(args.kit, args.site)

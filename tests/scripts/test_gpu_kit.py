@@ -511,3 +511,42 @@ def test_a_measure_cut_short_still_leaves_what_it_measured(qwen_draft, tmp_path,
     result = json.loads((out / "results.json").read_text())
     assert result["complete"] is False and result["stage"] == "llama-bench"
     assert result["agreement"]["target"] == 1.0 and "costs" not in result
+
+
+def test_a_fresh_site_is_on_the_path_once_the_carried_wheels_are_in_it(tmp_path, monkeypatch):
+    """On the GPU machine the build call makes the site itself, after the command line put the site on sys.path
+    only if it was there.  Unpacking then imports a carried wheel (platformdirs, as the CUDA runtime is looked
+    for), which the GPU image's python does not have: the call died there, before anything was measured."""
+    import gpukit.build
+    import gpukit.pack
+
+    here = tmp_path / "here" / "site"
+    (build_dir(here) / "bin").mkdir(parents=True)
+    for name in ("libggml-cuda.so", "llama-server"):
+        (build_dir(here) / "bin" / name).write_bytes(name.encode())
+    (here / "llama_cpp").mkdir(parents=True)
+    (here / "llama_cpp" / "__init__.py").write_text("# bindings\n")
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    pack_prebuilt(here, kit)
+
+    def install_wheels(kit: Path, site: Path) -> None:  # what pip --target leaves: a module only the site has
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "carried_only_here.py").write_text("FROM = 'the carried wheels'\n")
+
+    found = []
+
+    def link_cuda_runtime(bin_dir: Path) -> list[str]:
+        import carried_only_here  # noqa: PLC0415  (as link_cuda_runtime imports platformdirs)
+
+        found.append(carried_only_here.FROM)
+        return []
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(gpukit.build, "install_wheels", install_wheels)
+    monkeypatch.setattr(gpukit.pack, "link_cuda_runtime", link_cuda_runtime)
+    monkeypatch.setattr(gpukit.build, "preload_cuda_shim", lambda site: None)
+    site = tmp_path / "gpu" / "site"
+    assert gpu_kit.main(["build", "--kit", str(kit), "--site", str(site)]) == 0
+    assert found == ["the carried wheels"] and (site / "llama_cpp" / "lib" / "llama-server").is_file()
+    sys.modules.pop("carried_only_here", None)
