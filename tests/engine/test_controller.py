@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from specchat.engine.controller import CostModel, DraftController, Plan, expected_tokens
+from specchat.engine.controller import CostModel, DraftController, Plan, answer_memory, expected_tokens
 from specchat.engine.events import RoundStats
 from specchat.engine.settings import ControllerSettings, Drafter, Mode
 from specchat.metrics import Counts
@@ -916,3 +916,56 @@ def test_a_probe_that_was_right_starts_a_run_where_a_longer_draft_would_pay_and_
     ks = after_a_right_probe()
     assert ks[0] == 1 and ks == sorted(ks) and ks[-1] >= 2
     assert after_a_right_probe(held=1, change_s=0.01) == [0, 0, 0, 0]
+
+
+def test_answers_alike_are_remembered_by_how_alike_they_were_and_a_few_alike_by_chance_are_not():
+    """What earlier answers' acceptance is worth for the next one, in tokens: much where they differed no more than
+    chance says they would, little where they differed, nothing to go on from three."""
+    alike = [(80.0, 20.0), (82.0, 19.0), (78.0, 21.0), (81.0, 20.0), (79.0, 20.0)]
+    assert answer_memory(alike) > 200  # right 8 times in 10 each time: a strong prior
+    differ = [(95.0, 5.0), (40.0, 45.0), (90.0, 10.0), (30.0, 50.0), (85.0, 12.0)]  # JSON, chat, code, ...
+    assert answer_memory(differ) < 4  # about what a quarter of one answer's 16 rounds carries
+    assert answer_memory(alike[:3]) is None
+    assert answer_memory([*alike[:3], (3.0, 1.0)]) is None  # an answer of four tokens says nothing of its text
+    # four answers alike by chance still leave room: less than five that are
+    assert answer_memory(alike[:4]) < answer_memory(alike)
+
+
+H100 = {1: 0.00372, 2: 0.00493, 3: 0.00558, 4: 0.00623, 6: 0.00761, 9: 0.0089}
+
+
+def plain_after_a_rejected_probe(alphas: list[float], seed: int) -> int:
+    """Answers of 80 rounds of K = 3 on the H100-like curve (a change of K re-captures), each at its own alpha;
+    then an answer at 0.84 whose probe is rejected at its first token: how many of its next 40 rounds are plain."""
+    rng = random.Random(seed)
+    c = controller(H100, 0.0012)
+    for alpha in alphas:
+        c.start_answer()
+        for _ in range(80):
+            accepted = next((i for i in range(3) if rng.random() > alpha), 3)
+            c.observe(Mode.AUTO, Plan("model", 3), round_stats("model", 3, 3, accepted, verify=H100[4], draft=0.0036))
+    c.start_answer()
+    c.observe(Mode.AUTO, Plan("model", 3, probe=True, one_off=True, p_min=0.9),
+              round_stats("model", 3, 3, 0, verify=H100[4], draft=0.0036))
+    plain = 0
+    for _ in range(40):
+        plan = c.plan(Mode.AUTO, {"model": 8}, held=4, change_s=0.0037)
+        if plan.drafter is Drafter.NONE:
+            plain += 1
+            c.observe(Mode.AUTO, plan, round_stats("none", 0, 0, 0, verify=H100[1]))
+        else:
+            accepted = next((i for i in range(plan.k) if rng.random() > 0.84), plan.k)
+            c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, accepted, verify=c.costs.verify(plan.k + 1),
+                                                   draft=0.0012 * plan.k))
+    return plain
+
+
+def test_a_pair_right_as_often_on_every_answer_drafts_through_a_rejected_probe():
+    """The same text answer after answer (the agreement pairs): one rejected probe at an answer's start does not
+    leave the rest of it plain, as it did where the answers before weighed a quarter of 16 rounds (simulated H100 at
+    alpha 0.8, 30 of 144 answers plain after their probe; here 4 of 6 before the change).  Where the answers before
+    differed, their memory still fades at a quarter, and the same rejection leaves some answers plain."""
+    stuck = [plain_after_a_rejected_probe([0.84] * 5, seed) >= 30 for seed in range(6)]
+    assert not any(stuck)
+    stuck = [plain_after_a_rejected_probe([0.84, 0.45, 0.84, 0.45, 0.84], seed) >= 30 for seed in range(6)]
+    assert sum(stuck) >= 2
