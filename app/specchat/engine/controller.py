@@ -687,7 +687,9 @@ class DraftController:
                     # answers before did: a JSON answer after a chat drafted K = 2, 3, 3, 3, 3, 4 on the chat's
                     # memory while its rounds were all accepted (simulated RTX 3090 8B, json 0.96x the best
                     # fixed K; 0.995x).  Not where a change of K re-captures: a K planned on a few lucky
-                    # rounds moved the held size (simulated H100, alpha 0.8: 0.955x -> 0.947x)
+                    # rounds moved the held size (simulated H100, alpha 0.8: 0.955x -> 0.947x).  Nor where the
+                    # answers before were alike (_carry_over): their memory is this text's, and the larger of
+                    # two estimates is the luckier one
                     a_mean = max(a_mean, window.per_token_rate(here=True))
                 k_mean, _ = self._best_k(name, a_mean, k_lo, k_hi, held, change_s, stop_mean, optimistic=opt)
                 if k_mean < k:
