@@ -929,6 +929,7 @@ def test_answers_alike_are_remembered_by_how_alike_they_were_and_a_few_alike_by_
     assert answer_memory([*alike[:3], (3.0, 1.0)]) is None  # an answer of four tokens says nothing of its text
     # four answers alike by chance still leave room: less than five that are
     assert answer_memory(alike[:4]) < answer_memory(alike)
+    assert answer_memory([(60.0, 0.0)] * 5) > 50  # right on every token of every answer
 
 
 H100 = {1: 0.00372, 2: 0.00493, 3: 0.00558, 4: 0.00623, 6: 0.00761, 9: 0.0089}

@@ -105,7 +105,9 @@ def answer_memory(answers: list[tuple[float, float]]) -> float | None:
 
     ``answers`` are (accepted tokens, rejections) per answer.  A Beta prior of mean m and spread tau holds
     m (1 - m) / tau^2 - 1 tokens."""
-    seen = [(a / (a + r), a + r) for a, r in answers if a + r >= SPREAD_MIN_TOKENS]
+    # each answer's acceptance with one token of each kind added: a draft right on every token of every
+    # answer is remembered too (its spread and its m (1 - m) are not 0)
+    seen = [((a + 1) / (a + r + 2), a + r) for a, r in answers if a + r >= SPREAD_MIN_TOKENS]
     if len(seen) < SPREAD_MIN_ANSWERS:
         return None
     n = sum(t for _, t in seen)
