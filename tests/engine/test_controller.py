@@ -257,6 +257,7 @@ def test_auto_tries_a_size_the_calibration_may_have_timed_dear_until_its_rounds_
     assert (plan.drafter, plan.k, plan.probe) == (Drafter.MODEL, 1, False)
     best_case = controller(dear, CPU_7B_DRAFT).best_case_multiplier(Drafter.MODEL)
     monkeypatch.setattr("specchat.engine.controller.UNTRIED_Z", 0.0)
+    monkeypatch.setattr("specchat.engine.controller.TRY_CHANCE", 0.0)  # nor a try of a longer draft (_try_k)
     assert controller(dear, CPU_7B_DRAFT).plan(Mode.AUTO, {"model": 8}).drafter is Drafter.NONE
     # the figures auto says (and the forced modes' rails) read the measured cost, never the optimism
     assert controller(dear, CPU_7B_DRAFT).best_case_multiplier(Drafter.MODEL) == best_case
@@ -961,12 +962,79 @@ def plain_after_a_rejected_probe(alphas: list[float], seed: int) -> int:
     return plain
 
 
-def test_a_pair_right_as_often_on_every_answer_drafts_through_a_rejected_probe():
+def test_a_pair_right_as_often_on_every_answer_drafts_through_a_rejected_probe(monkeypatch):
     """The same text answer after answer (the agreement pairs): one rejected probe at an answer's start does not
     leave the rest of it plain, as it did where the answers before weighed a quarter of 16 rounds (simulated H100 at
     alpha 0.8, 30 of 144 answers plain after their probe; here 4 of 6 before the change).  Where the answers before
     differed, their memory still fades at a quarter, and the same rejection leaves some answers plain."""
     stuck = [plain_after_a_rejected_probe([0.84] * 5, seed) >= 30 for seed in range(6)]
     assert not any(stuck)
+    monkeypatch.setattr("specchat.engine.controller.TRY_CHANCE", 0.0)  # the memory alone, without tries (_try_k)
     stuck = [plain_after_a_rejected_probe([0.84, 0.45, 0.84, 0.45, 0.84], seed) >= 30 for seed in range(6)]
     assert sum(stuck) >= 2
+
+
+def drafted_rounds_per_answer(alpha: float, answers: int, seed: int, *, tokens: int = 120) -> list[int]:
+    """Answers of ``tokens`` tokens at one alpha on the H100-like curve, auto deciding every round: how many
+    rounds of each drafted."""
+    rng = random.Random(seed)
+    c = controller(H100, 0.0012)
+    out = []
+    for _ in range(answers):
+        c.start_answer()
+        emitted = drafted = 0
+        while emitted < tokens:
+            plan = c.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0037)
+            if plan.drafter is Drafter.NONE:
+                c.observe(Mode.AUTO, plan, round_stats("none", 0, 0, 0, verify=H100[1]))
+                emitted += 1
+                continue
+            accepted = next((i for i in range(plan.k) if rng.random() > alpha), plan.k)
+            c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, accepted,
+                                                   verify=c.costs.verify(plan.k + 1), draft=0.0012 * plan.k))
+            emitted += accepted + 1
+            drafted += 1
+        out.append(drafted)
+    return out
+
+
+def test_a_draft_whose_probes_keep_failing_is_not_probed_at_every_answer_and_is_probed_again_later():
+    """A pair right 4 times in 10: its probes are right on their first token often enough that a probe at every
+    answer's start looked worth it, each costing 2-3 plain tokens on the H100 curve.  Once its last probes say
+    no K could pay, answers start plain; the probes' evidence fades, so a later answer probes it again."""
+    for seed in range(4):
+        per_answer = drafted_rounds_per_answer(0.4, 14, seed)
+        assert all(per_answer[:3])  # probed while little was known
+        assert per_answer[4:8].count(0) >= 2  # then left alone in most answers (before: probed in each) ...
+        assert any(per_answer[8:])  # ... but not for good (before: for good in 2 of 4 seeds)
+
+
+def plain_after_a_probe_right_once(seed: int) -> int:
+    """A fresh pair on the H100-like curve whose first probe of an answer is right on 3 tokens of 4, then 40 rounds
+    at 0.84 with nothing known of how long the answer is (a long one is assumed): how many are plain."""
+    rng = random.Random(seed)
+    c = controller(H100, 0.0012)
+    c.start_answer()
+    c.observe(Mode.AUTO, Plan("model", 4, probe=True, one_off=True, p_min=0.9),
+              round_stats("model", 4, 4, 3, verify=c.costs.verify(5), draft=0.0048))
+    plain = 0
+    for _ in range(40):
+        plan = c.plan(Mode.AUTO, {"model": 8}, held=1, change_s=0.0037)
+        if plan.drafter is Drafter.NONE:
+            plain += 1
+            c.observe(Mode.AUTO, plan, round_stats("none", 0, 0, 0, verify=H100[1]))
+        else:
+            accepted = next((i for i in range(plan.k) if rng.random() > 0.84), plan.k)
+            c.observe(Mode.AUTO, plan, round_stats("model", plan.k, plan.k, accepted, verify=c.costs.verify(plan.k + 1),
+                                                   draft=0.0012 * plan.k))
+    return plain
+
+
+def test_a_long_answer_tries_a_draft_its_probe_found_right_where_its_estimate_alone_would_not(monkeypatch):
+    """On the H100-like curve no K pays at the estimate a probe right on 3 tokens of 4 leaves, and the estimate's
+    K (K = 1, the least bad) cannot pay even at the optimism, so the answer stayed plain however right the pair
+    was.  A try sized to lose least where the estimate is right, with most of a long answer left to repay it,
+    drafts again in some seeds; without tries none does."""
+    assert sum(plain_after_a_probe_right_once(seed) for seed in range(6)) <= 200
+    monkeypatch.setattr("specchat.engine.controller.TRY_CHANCE", 0.0)
+    assert sum(plain_after_a_probe_right_once(seed) for seed in range(6)) == 240

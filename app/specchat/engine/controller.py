@@ -90,6 +90,12 @@ PROMPT_SHIFT = 0.2
 # one is right, and how many answers' lengths say how long the next is (a prior until one has ended)
 PROBE_MEMORY = 8
 ANSWER_LENGTHS, ANSWER_LEN_PRIOR = 8, 256
+# the acceptance those probes found, pooled, fades by this much per answer (the next text may be another), and
+# says a probe cannot pay once it holds this many tokens of evidence (DraftController._probes_could_pay)
+PROBE_FADE, PROBE_EVIDENCE_MIN = 0.9, 3.0
+# the chance that acceptance is above its estimate plus one standard deviation (auto's optimism, explore_z):
+# what a try of a drafter the estimate refuses is weighed with (DraftController._try_k)
+TRY_CHANCE = 0.16
 # how many earlier answers say whether the drafters' acceptance is the same from answer to answer
 # (answer_memory), and how many tokens of evidence an answer needs to count
 SPREAD_ANSWERS, SPREAD_MIN_ANSWERS, SPREAD_MIN_TOKENS = 8, 4, 16
@@ -503,6 +509,9 @@ class DraftController:
         self._untried: set[Drafter] = set()
         # the share of each probe's tokens the target accepted, its last PROBE_MEMORY probes (_probe_pays)
         self._probes: dict[Drafter, deque[float]] = {name: deque(maxlen=PROBE_MEMORY) for name in KINDS}
+        # the same probes' (accepted tokens, rejections), faded per answer since (_probes_could_pay)
+        self._probe_evidence: dict[Drafter, deque[tuple[float, float]]] = {
+            name: deque(maxlen=PROBE_MEMORY) for name in KINDS}
         self._lengths: deque[int] = deque(maxlen=ANSWER_LENGTHS)  # tokens of the last answers
         self._emitted = 0  # tokens this answer's rounds emitted
         # the load-time calibration, kept to see the measured costs drift from it (RECHECK_DRIFT)
@@ -695,9 +704,20 @@ class DraftController:
                     a_mean = max(a_mean, window.per_token_rate(here=True))
                 k_mean, _ = self._best_k(name, a_mean, k_lo, k_hi, held, change_s, stop_mean, optimistic=opt)
                 if k_mean < k:
+                    k_opt = k
                     k, rate = k_mean, self._best_k(name, a, k_mean, k_mean, held, change_s, stop, optimistic=opt)[1]
                     if change_s or rate <= plain or not window.accepted_here():
                         score = rate
+                    if (score <= best_score and self._run_here[name] <= CALLS_PER_CHANGE
+                            and self._probes_could_pay(name, k_hi)):
+                        # the estimate's K is the least bad of sizes that all lose where no size pays at the
+                        # estimate: on the H100 profile K = 1, which pays 1.04x at best.  A try is sized as
+                        # _try_k says, where the answer has tokens enough left to repay it
+                        tried = self._try_k(name, a, a_mean, k_mean + 1, k_opt, held, change_s, stop, stop_mean,
+                                            optimistic=opt, bar=best_score)
+                        if tried is not None:
+                            k, rate = tried
+                            score = rate
             # auto's margin (min_gain) is for starting a run.  A run that has drafted in this answer until the
             # backend replays its size goes on while its planned rate beats plain at all: stopping it left a
             # drafter that pays 1.10x plain (simulated H100, agreement pair at 0.8) plain for the rest of 42%
@@ -772,14 +792,67 @@ class DraftController:
         good = self.costs.best_k(drafter, P_MIN_HI, 1, k_hi)[1]
         if good <= plain:
             return False
+        if not self._probes_could_pay(drafter, k_hi):
+            return False
         pk = self._shortest_near_best(drafter, P_MIN_HI, k_hi, held, change_s)
         wrong = 1.0 / self._best_k(drafter, 0.0, pk, pk, held, change_s)[1] - 1.0 / plain
         seen = self._probes[drafter]
         right = (sum(seen) + 1.0) / (len(seen) + 2.0)
+        return right * self._left() * (1.0 / plain - 1.0 / good) > (1.0 - right) * max(wrong, 0.0)
+
+    def _probes_could_pay(self, drafter: Drafter, k_hi: int) -> bool:
+        """Whether the acceptance a drafter's last probes found, pooled (faded by :data:`PROBE_FADE` per answer
+        since), could pay at some K up to ``k_hi`` at its estimate plus one standard deviation; True while they
+        hold under :data:`PROBE_EVIDENCE_MIN` tokens of evidence.
+
+        :meth:`_probe_pays` weighs a probe by how often one is right, as if a right one meant a text drafted
+        at 9 in 10.  A pair right 6 times in 10 is right on a probe's first token as often, but no run of
+        it pays: probed at every answer's start, at 2-3 plain tokens' cost each on the H100 profile, it lost
+        1% of every answer (simulated, alpha 0.6, 18 seeds: 0.991x plain; refused where its probes say it
+        cannot pay, 0.994x; with the tries of :meth:`_try_k`, 0.989x without this and 0.991x with it).  The
+        fading probes it again once a few answers have passed, as their text may be another."""
+        seen = self._probe_evidence[drafter]
+        accepted, rejected = sum(a for a, _ in seen), sum(r for _, r in seen)
+        if accepted + rejected < PROBE_EVIDENCE_MIN:
+            return True
+        n = accepted + rejected + 2.0  # one token of each kind added, the uniform prior
+        m = (accepted + 1.0) / n
+        a = min(1.0, m + math.sqrt(m * (1.0 - m) / (n + 1.0)))
+        return self.costs.best_k(drafter, a, 1, k_hi)[1] > self.costs.rate(Drafter.NONE, 0, 0.0)
+
+    def _left(self) -> float:
+        """Tokens this answer likely has left: the last answers' mean length less what it emitted; an answer
+        that ran past the usual length is taken to have half of it left (it can't be known)."""
         expected = sum(self._lengths) / len(self._lengths) if self._lengths else ANSWER_LEN_PRIOR
-        # an answer that ran past the usual length is taken to have half of it left (it can't be known)
-        left = max(expected - self._emitted, expected / 2)
-        return right * left * (1.0 / plain - 1.0 / good) > (1.0 - right) * max(wrong, 0.0)
+        return max(expected - self._emitted, expected / 2)
+
+    def _try_k(self, drafter: Drafter, a: float, a_mean: float, k_lo: int, k_hi: int, held: int, change_s: float,
+               stop: float, stop_mean: float, *, optimistic: bool, bar: float) -> tuple[int, float] | None:
+        """A try of a drafter that no K pays for at its acceptance estimate ``a_mean`` and some K does at the
+        optimistic ``a``: (K, its rate at ``a``), or None where no try repays itself.
+
+        Of the sizes from ``k_lo`` to ``k_hi`` whose optimistic rate beats ``bar``, the one that loses least if
+        the estimate is right, where what it wins if the optimism is right (:data:`TRY_CHANCE`) over the tokens
+        the answer has left outweighs what it loses if not over the rounds a try runs before the backend
+        replays its size.  Sized at the estimate's K (the least bad of sizes that all lose: K = 1 on the H100
+        profile, which pays 1.04x at best), no try could pay: a probe right on 3 tokens of 4 left a draft right
+        8 times in 10 plain for the rest of its answer.  Simulated H100, 18 seeds: alpha 0.9 0.969x -> 0.972x
+        the best fixed K, JSON 0.973x -> 0.982x, code 1.351x -> 1.357x plain; the chat, after answers of about
+        128 tokens, pays for a try after a lucky probe (0.998x -> 0.993x plain)."""
+        plain = self.costs.rate(Drafter.NONE, 0, 0.0)
+        left = self._left()
+        best: tuple[float, int, float] | None = None
+        for k in range(k_lo, k_hi + 1):
+            up = self._best_k(drafter, a, k, k, held, change_s, stop, optimistic=optimistic)[1]
+            if up <= bar:
+                continue
+            mean = self._best_k(drafter, a_mean, k, k, held, change_s, stop_mean, optimistic=optimistic)[1]
+            win = TRY_CHANCE * (up / plain - 1.0) * left
+            rounds = CALLS_PER_CHANGE + 1
+            lose = (1.0 - TRY_CHANCE) * max(1.0 - mean / plain, 0.0) * rounds * expected_tokens(a_mean, k)
+            if win > lose and (best is None or mean > best[0]):
+                best = (mean, k, up)
+        return (best[1], best[2]) if best is not None else None
 
     def _shortest_near_best(self, drafter: Drafter, a: float, k_hi: int, held: int, change_s: float) -> int:
         """The shortest K whose rate at acceptance ``a`` is within :data:`NEAR_BEST` of the best one's.
@@ -1015,6 +1088,7 @@ class DraftController:
             # a probe stops at P_MIN_HI, not where auto's drafts stop: its acceptance counts, not its stop
             counts = replace(counts, k_sum=counts.drafted)
             self._probes[plan.drafter].append(r.accepted / r.drafted)
+            self._probe_evidence[plan.drafter].append((float(r.accepted), float(r.accepted < r.drafted)))
         self.windows[plan.drafter].add(counts)
         acc, rej = self._here[plan.drafter]
         self._here[plan.drafter] = (acc + counts.accepted,
@@ -1194,6 +1268,10 @@ class DraftController:
                 self._answers[name].append(self._here[name])
             self._here[name] = (0.0, 0.0)
             self._steady[name] = self._carry_over(name, w, COSTLY_MEMORY if id(w) in costly else ANSWER_MEMORY)
+        for seen in self._probe_evidence.values():
+            faded = [(a * PROBE_FADE, r * PROBE_FADE) for a, r in seen]
+            seen.clear()
+            seen.extend(faded)
         for w in self.lookup_windows.values():
             w.age(COSTLY_MEMORY if id(w) in costly else ANSWER_MEMORY, self.settings.window_rounds)
         # each drafter's run length (_stay) carries over as learned from whole runs: pulling it back to
