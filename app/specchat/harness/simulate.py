@@ -163,7 +163,14 @@ class CostProfile:
         }
 
 
-def _number(doc: dict, key: str, where: str, sources: dict[str, str], *, lo: float, hi: float,
+# what a cost profile's numbers may be (profile_from_json refuses others): the GPU kit's profile writer holds its
+# measurements to the same bounds (scripts/gpukit/cost_profile.py), so that what it writes always loads
+PROFILE_BOUNDS: dict[str, tuple[float, float]] = {
+    "token_s": (1e-6, 60.0), "verify_x": (0.01, 1000.0), "draft_x": (0.0, 100.0), "overhead_s": (0.0, 10.0),
+    "lookup_s": (0.0, 10.0), "noise": (0.0, 1.0), "recapture_s": (0.0, 10.0)}
+
+
+def _number(doc: dict, key: str, where: str, sources: dict[str, str], lo: float, hi: float, *,
             default: float | None = None, label: str | None = None) -> float:
     label = label or key
     raw = doc.get(key, default)
@@ -188,7 +195,7 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
     if kind not in PROFILE_KINDS:
         raise ProfileError(f"{where}: 'kind' must be one of {', '.join(PROFILE_KINDS)}")
     sources: dict[str, str] = {}
-    token_s = _number(doc, "token_s", where, sources, lo=1e-6, hi=60.0)
+    token_s = _number(doc, "token_s", where, sources, *PROFILE_BOUNDS["token_s"])
     raw_curve = doc.get("verify_x")
     if not isinstance(raw_curve, dict) or not raw_curve:
         raise ProfileError(f"{where}: 'verify_x' must map batch sizes to costs relative to one token")
@@ -196,7 +203,7 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
     for key in raw_curve:
         if not isinstance(key, str) or not re.fullmatch(r"[1-9][0-9]{0,2}", key):
             raise ProfileError(f"{where}: verify_x size {str(key)[:20]!r} is not a batch size from 1 to 999")
-        curve[int(key)] = _number(raw_curve, key, where, sources, lo=0.01, hi=1000.0, label=f"verify_x.{key}")
+        curve[int(key)] = _number(raw_curve, key, where, sources, *PROFILE_BOUNDS["verify_x"], label=f"verify_x.{key}")
     if curve.get(1) != 1.0:
         raise ProfileError(f"{where}: verify_x must give \"1\": 1.0 (the costs are relative to one token)")
     sizes = sorted(curve)
@@ -204,11 +211,11 @@ def profile_from_json(doc: object, where: str) -> CostProfile:
         raise ProfileError(f"{where}: verify_x must not fall as the batch grows")
     profile = CostProfile(
         name=name, title=str(doc.get("title", name))[:200], kind=kind, token_s=token_s, verify_x=curve,
-        draft_x=_number(doc, "draft_x", where, sources, lo=0.0, hi=100.0),
-        overhead_s=_number(doc, "overhead_s", where, sources, lo=0.0, hi=10.0, default=0.0),
-        lookup_s=_number(doc, "lookup_s", where, sources, lo=0.0, hi=10.0, default=0.0),
-        noise=_number(doc, "noise", where, sources, lo=0.0, hi=1.0, default=0.0),
-        recapture_s=_number(doc, "recapture_s", where, sources, lo=0.0, hi=10.0, default=0.0),
+        draft_x=_number(doc, "draft_x", where, sources, *PROFILE_BOUNDS["draft_x"]),
+        overhead_s=_number(doc, "overhead_s", where, sources, *PROFILE_BOUNDS["overhead_s"], default=0.0),
+        lookup_s=_number(doc, "lookup_s", where, sources, *PROFILE_BOUNDS["lookup_s"], default=0.0),
+        noise=_number(doc, "noise", where, sources, *PROFILE_BOUNDS["noise"], default=0.0),
+        recapture_s=_number(doc, "recapture_s", where, sources, *PROFILE_BOUNDS["recapture_s"], default=0.0),
         hardware=str(doc.get("hardware", ""))[:200], target=str(doc.get("target", ""))[:200],
         draft=str(doc.get("draft", ""))[:200], sources=sources,
         notes=tuple(str(n)[:500] for n in doc.get("notes", []) if isinstance(n, str))
