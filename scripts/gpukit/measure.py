@@ -18,7 +18,15 @@ from typing import Any
 
 from .common import ROOT, hardware_name, tool_path, write_json
 from .models import SHAPES, Tokenizer
-from .pairs import AgreementPairs, check_pairs, make_pairs, parse_alphas, tokenizer_file
+from .pairs import (
+    EDIT_EVERY,
+    AgreementPairs,
+    check_pairs,
+    edit_suite,
+    make_pairs,
+    parse_alphas,
+    tokenizer_file,
+)
 
 FILLER = 198  # "\n" in Qwen's vocabulary; a decode's cost does not depend on the token
 
@@ -74,6 +82,7 @@ def measure_draft(draft: Any, *, depth: int, reps: int) -> dict[str, list[float]
 # --------------------------------------------------------------------------------------------
 
 LOCAL_MODES = ("baseline", "draft", "lookup", "auto")
+EDIT_ALPHA = 0.8  # the code-edit prompts run with the pair nearest this share (cmd_measure)
 SERVER_N_MAX = (3, 8)  # llama-server's draft-simple default (3) and a longer draft
 
 
@@ -145,10 +154,11 @@ REMEMBERS = frozenset({"ngram-mod"})
 
 
 def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool, out: Path, max_tokens: int,
-                repeat: int, tasks: str, site: Path) -> Path:
+                repeat: int, tasks: str, site: Path, suite: Path | None = None, name: str = "") -> Path:
     """An interleaved ``specchat bench`` per repeat: SpecChat in every mode, llama-server with draft-simple at
-    each n_max, ngram-mod (restarted before each repeat: :data:`REMEMBERS`) and plain, on the same prompts;
-    returns the JSON of all of them (each run numbered with its repeat, the summary over every run)."""
+    each n_max, ngram-mod (restarted before each repeat: :data:`REMEMBERS`) and plain, on the same prompts
+    (the builtin suite's ``tasks``, or ``suite``'s); returns the JSON of all of them (each run numbered with its
+    repeat, the summary over every run), ``bench-<name>.json`` (``name``: ``a<alpha>`` unless given)."""
     from dataclasses import asdict
 
     from specchat.errors import exit_description
@@ -158,13 +168,14 @@ def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool,
     draft = pairs.drafts[alpha]
     gpu_layers = 0 if cpu else -1
     draft_layers = () if cpu else ("-ngld", "99")
-    logs = out / "logs" / f"a{alpha:g}"
+    name = name or f"a{alpha:g}"
+    logs = out / "logs" / name
     kinds = [*server_contenders(cpu), ("plain", None)]
     servers = [ManagedServer(server, pairs.target, draft if kind == "draft-simple" else None,
                              spec_type=None if kind == "plain" else kind, n_max=n, gpu_layers=gpu_layers,
                              extra_args=draft_layers if kind == "draft-simple" else (),
                              log_dir=logs / (f"n{n}" if n else kind)) for kind, n in kinds]
-    json_path = out / f"bench-a{alpha:g}.json"
+    json_path = out / f"bench-{name}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site.is_dir() else "",
                                                                    str(ROOT / "app")) if p))
     docs: list[dict[str, Any]] = []
@@ -185,6 +196,7 @@ def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool,
             cmd = [sys.executable, "-m", "specchat", "--profile", str(out / "profile"), "bench",
                    "--target", str(pairs.target), "--draft", str(draft), "--modes", ",".join(LOCAL_MODES),
                    "--no-fit-check", "--task", tasks, "--max-tokens", str(max_tokens), "--repeat", "1",
+                   *(["--suite", str(suite)] if suite is not None else []),
                    # each answer a first question: with the agreement pairs' random-weight target every prompt's
                    # answer is nearly the same text, and prompt lookup's memory of earlier answers made the
                    # repeats copies (1.67x at alpha 0.6, measuring the memory, not the draft)
@@ -195,7 +207,7 @@ def bench_alpha(pairs: AgreementPairs, alpha: float, *, server: Path, cpu: bool,
                 rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
             if rc != 0:
                 tail = (logs / f"bench-r{r}.log").read_text(errors="replace").strip().splitlines()[-5:]
-                raise SystemExit(f"specchat bench {exit_description(rc)} at alpha {alpha:g}: " + " | ".join(tail))
+                raise SystemExit(f"specchat bench {exit_description(rc)} at {name}: " + " | ".join(tail))
             doc = json.loads(part.read_text())
             for run in doc["runs"]:
                 run["repeat"] = r
@@ -284,7 +296,72 @@ def report(result: dict[str, Any]) -> str:
                   "host is the loop's way (with its p_min test).", "", backend_sampling.table(result["sampling"]), ""]
     for alpha, doc in result["bench"].items():
         lines += [f"## alpha {alpha}", "", *bench_table(doc, result.get("cpu", False)), ""]
+    if "edit" in result:
+        edit = result["edit"]
+        lines += [f"## Code-edit prompts (the pair at alpha {edit['alpha']:g})", "",
+                  f"Each prompt holds the text its answer writes, with one word in {edit['every']} changed, as a "
+                  "file to edit holds the code its answer repeats: prompt lookup and ngram-mod copy it up to each "
+                  "change.", "", *bench_table(edit["bench"], result.get("cpu", False)), ""]
+    lines += ["## Issue 22's goals", "", *goal_lines(result), ""]
     return "\n".join(lines)
+
+
+def _rates(doc: dict[str, Any]) -> dict[str, float]:
+    """Contender key -> decode tok/s over one bench's prompts (the summary's "all" row)."""
+    from specchat.harness.bench import BenchRun, summarize
+
+    runs = [BenchRun.from_json(r) for r in doc["runs"]]
+    labels = list(dict.fromkeys(r.mode for r in runs))
+    return {r.mode: r.decode_tok_s for r in summarize(runs, labels, base="baseline") if r.task == "all"}
+
+
+def goal_lines(result: dict[str, Any]) -> list[str]:
+    """Issue 22's goals, each met or missed on this run's figures ("-" where this run did not measure it)."""
+    from specchat.harness.simulate import AGREEMENT_GOALS
+
+    cpu = result.get("cpu", False)
+    names = contender_names(cpu)
+    out = []
+    for share, modes, floor in AGREEMENT_GOALS:
+        doc = result["bench"].get(f"{share:g}")
+        if doc is None:
+            out.append(f"- alpha {share:g}: {', '.join(modes)} at least {floor:.2f}x SpecChat plain: - (not run)")
+            continue
+        rates = _rates(doc)
+        got = {m: rates.get(m, 0.0) / rates["baseline"] for m in modes}
+        met = all(v >= floor for v in got.values())
+        out.append(f"- alpha {share:g}: {', '.join(modes)} at least {floor:.2f}x SpecChat plain: "
+                   f"{'met' if met else 'MISSED'} ({', '.join(f'{m} {v:.2f}x' for m, v in got.items())})")
+    if "edit" in result:
+        rates = _rates(result["edit"]["bench"])
+        simple = max((v for k, v in rates.items() if names.get(k, "").startswith("llama-server draft-simple")),
+                     default=0.0)
+        ngram = next((v for k, v in rates.items() if names.get(k) == "llama-server ngram-mod"), 0.0)
+        mine = {m: rates.get(m, 0.0) for m in ("draft", "lookup", "auto")}
+        for what, bar, floor in (("1.8x llama-server's draft-simple", simple, 1.8),
+                                 ("llama-server's ngram-mod", ngram, 1.0)):
+            met = bool(bar) and all(v >= floor * bar for v in mine.values())
+            out.append(f"- code edits: every speculative mode at least {what}: {'met' if met else 'MISSED'} ("
+                       + ", ".join(f"{m} {v / bar:.2f}x" if bar else f"{m} -" for m, v in mine.items()) + ")")
+    raw = next((r for r in result.get("llama_bench", {}).get("draft", []) if r.get("n_gen")), None)
+    per = [_per_drafted(doc) for doc in result["bench"].values()]
+    per = [p for p in per if p]
+    if raw and per:
+        ratio = max(per) / (1.0 / raw["avg_ts"])
+        out.append(f"- a drafted token at most 1.2x the draft's raw decode (llama-bench tg): "
+                   f"{'met' if ratio <= 1.2 else 'MISSED'} ({ratio:.2f}x at worst over the alphas)")
+    else:
+        out.append("- a drafted token at most 1.2x the draft's raw decode: - (no llama-bench or no drafted token)")
+    return out
+
+
+def _per_drafted(doc: dict[str, Any]) -> float:
+    """Seconds per drafted token of SpecChat's draft mode in one bench (its median runs); 0 where none."""
+    from specchat.harness.bench import BenchRun, median_runs
+    from specchat.metrics import Counts
+
+    c = Counts.total(r.counts for r in median_runs([BenchRun.from_json(r) for r in doc["runs"]]) if r.mode == "draft")
+    return c.draft_s / c.drafted if c.drafted and c.draft_s else 0.0
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -349,6 +426,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
                            repeat=args.repeat, tasks=args.tasks, site=args.site)
         bench[f"{alpha:g}"] = json.loads(path.read_text())
         save(f"bench {alpha:g}", bench=bench)
+    # the code-edit prompts, with the pair nearest the middle share: prompt lookup and ngram-mod beside the rest
+    edit_alpha = min(alphas, key=lambda a: abs(a - EDIT_ALPHA))
+    suite = edit_suite(pairs, tokenizer, out / "logs" / "edit-suite.jsonl", tokens=args.max_tokens)
+    path = bench_alpha(pairs, edit_alpha, server=server, cpu=args.cpu, out=out, max_tokens=args.max_tokens,
+                       repeat=args.repeat, tasks="edit", site=args.site, suite=suite, name="edit")
+    save("bench edit", edit={"alpha": edit_alpha, "every": EDIT_EVERY, "bench": json.loads(path.read_text())})
     save("done", complete=True)
     from specchat.files import write_text_atomically
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,6 +31,15 @@ from .models import SHAPES, RandomPool, Shape, Tokenizer, add_shape, quantize, t
 PAIR_LOGIT = 30.0  # the right next token's logit; the others are ~N(0, logit / sqrt(n_embd))
 TOKEN_TYPE_NORMAL = 1  # gguf.TokenType.NORMAL
 
+# Every chat answer starts after the same token, as the chat template's generation prompt ends with a newline
+# (Qwen's "<|im_start|>assistant\n"), and a bigram's next token depends on that token alone: every answer is
+# the cycle from the newline.  The cycle runs through COPY_WORDS whole-word tokens first (a space and lowercase
+# letters, which the tokenizer splits back into the same tokens), so that a prompt can hold the answer as text:
+# the code-edit prompts (edit_suite) hold it with a few words changed, and an engine that drafts from the
+# prompt (prompt lookup, llama-server's ngram-mod) copies it as it would copy code it is asked to edit.
+NEWLINE, WORD = "\u010a", re.compile("\u0120[a-z]{3,12}")  # byte-level BPE pieces: "\n" and " word"
+COPY_WORDS = 1024
+
 
 def normal_ids(tokenizer: Tokenizer) -> Any:
     """The ids of the tokenizer's ordinary tokens (the cycle runs over these only)."""
@@ -41,11 +51,34 @@ def normal_ids(tokenizer: Tokenizer) -> Any:
     return np.flatnonzero(np.asarray(types) == TOKEN_TYPE_NORMAL)
 
 
-def bigram_cycle(ids: Any, n_vocab: int, seed: int) -> Any:
-    """next[t] for every id below ``n_vocab``: one random cycle over ``ids``; -1 elsewhere."""
+def answer_lead(tokenizer: Tokenizer, seed: int) -> list[int]:
+    """Where the pairs' cycle starts: the newline every answer follows, then :data:`COPY_WORDS` whole-word
+    tokens in a random order (none for a tokenizer without byte-level pieces)."""
+    import numpy as np
+
+    tokens = tokenizer.value("tokenizer.ggml.tokens")
+    normal = normal_ids(tokenizer)
+    if NEWLINE not in tokens or tokens.index(NEWLINE) not in set(normal.tolist()):
+        return []
+    words = [int(i) for i in normal if WORD.fullmatch(tokens[i])]
+    picked = np.random.default_rng(seed).choice(words, size=min(COPY_WORDS, len(words)), replace=False)
+    return [tokens.index(NEWLINE), *map(int, picked)]
+
+
+def pair_cycle(tokenizer: Tokenizer, n_vocab: int, seed: int) -> Any:
+    """The pairs' target bigram: one random cycle over the normal tokens that starts with :func:`answer_lead`."""
+    return bigram_cycle(normal_ids(tokenizer), n_vocab, seed, lead=answer_lead(tokenizer, seed))
+
+
+def bigram_cycle(ids: Any, n_vocab: int, seed: int, lead: Sequence[int] = ()) -> Any:
+    """next[t] for every id below ``n_vocab``: one random cycle over ``ids`` that goes through ``lead`` (ids of
+    ``ids``) in its order; -1 elsewhere."""
     import numpy as np
 
     order = np.random.default_rng(seed).permutation(ids)
+    if len(lead):
+        first = np.asarray(lead, dtype=order.dtype)
+        order = np.concatenate([first, order[~np.isin(order, first)]])
     nxt = np.full(n_vocab, -1, dtype=np.int64)
     nxt[order] = np.roll(order, -1)
     return nxt
@@ -148,7 +181,7 @@ def make_pairs(shapes: str, tokenizer: Tokenizer, alphas: Sequence[float], out: 
     target_shape, draft_shape = SHAPES[shapes]
     out.mkdir(parents=True, exist_ok=True)
     n_vocab = max(target_shape.n_vocab or tokenizer.n_tokens, draft_shape.n_vocab or tokenizer.n_tokens)
-    nxt = bigram_cycle(normal_ids(tokenizer), n_vocab, cycle_seed)
+    nxt = pair_cycle(tokenizer, n_vocab, cycle_seed)
     target = make_model(target_shape, tokenizer, nxt, out, f"agree-{target_shape.name}", seed=11,
                         threads=threads, quantized=quantized)
     drafts = {}
@@ -190,7 +223,7 @@ def check_pairs(pairs: AgreementPairs, tokenizer: Tokenizer, *, n: int = 512, gp
     bigram, and how often each draft's greedy choice is the target's (its token acceptance)."""
     target_shape, draft_shape = SHAPES[pairs.shape]
     n_vocab = max(target_shape.n_vocab or tokenizer.n_tokens, draft_shape.n_vocab or tokenizer.n_tokens)
-    nxt = bigram_cycle(normal_ids(tokenizer), n_vocab, pairs.cycle_seed)
+    nxt = pair_cycle(tokenizer, n_vocab, pairs.cycle_seed)
     start = int(normal_ids(tokenizer)[len(normal_ids(tokenizer)) // 2])
     path = greedy_path(nxt, start, n + 1)
     got = {"target": agreement(pairs.target, path[:-1], path[1:], gpu=gpu)}
@@ -238,3 +271,42 @@ def parse_alphas(text: str) -> list[float]:
     if not alphas or not all(0.0 <= a <= 1.0 for a in alphas):
         raise SystemExit(f"--alphas {text!r}: give shares between 0 and 1, e.g. 0.6,0.8,0.9")
     return alphas
+
+
+# --------------------------------------------------------------------------------------------
+# code-edit prompts: the answer is a copy of the prompt's text with a few words changed
+# --------------------------------------------------------------------------------------------
+
+EDIT_EVERY = 16  # one word in this many is changed between the prompt's text and the answer (edit_suite)
+EDIT_ASK = "Apply the change to the text below and write all of it out again, nothing else:\n\n"
+
+
+def edit_suite(pairs: AgreementPairs, tokenizer: Tokenizer, path: Path, *, tokens: int, prompts: int = 1) -> Path:
+    """A bench suite (JSONL, ``specchat bench --suite``) of code-edit prompts for ``pairs``: each holds, as
+    text, the answer every prompt gets (the cycle from the newline: :data:`COPY_WORDS`) with one word in
+    :data:`EDIT_EVERY` changed, as a file to edit holds the code its answer repeats.  Prompt lookup and
+    llama-server's ngram-mod copy it up to each change; a draft model drafts at its alpha as anywhere."""
+    import numpy as np
+
+    target_shape, draft_shape = SHAPES[pairs.shape]
+    n_vocab = max(target_shape.n_vocab or tokenizer.n_tokens, draft_shape.n_vocab or tokenizer.n_tokens)
+    lead = answer_lead(tokenizer, pairs.cycle_seed)
+    if len(lead) <= tokens + 1:
+        raise SystemExit(f"code-edit prompts need a tokenizer with {tokens + 2} whole-word tokens and a newline "
+                         f"(byte-level BPE, as Qwen's); this one has {max(len(lead) - 1, 0)}")
+    pieces = tokenizer.value("tokenizer.ggml.tokens")
+    nxt = pair_cycle(tokenizer, n_vocab, pairs.cycle_seed)
+    answer = greedy_path(nxt, lead[0], tokens + 2)[1:]
+    if answer != lead[1:tokens + 2]:
+        raise SystemExit("the pairs' cycle does not start with its whole-word lead: make the pairs again")
+    words = [pieces[i][1:] for i in answer]
+    spare = [pieces[i][1:] for i in lead[tokens + 2:]]  # words no answer writes
+    rng = np.random.default_rng(pairs.cycle_seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for n in range(prompts):
+        old = [spare[int(rng.integers(len(spare)))] if rng.random() < 1 / EDIT_EVERY else w for w in words]
+        lines.append(json.dumps({"id": f"edit-{n + 1}", "task": "edit",
+                                 "messages": [{"role": "user", "content": EDIT_ASK + " " + " ".join(old)}]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
